@@ -1,0 +1,1 @@
+"""loopnest: a kernel compiler and autotuning service for PyTorch programs."""
