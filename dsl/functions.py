@@ -1,0 +1,479 @@
+"""DSL functions: elementwise math with PyTorch's promotion and broadcasting, views, reductions."""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Sequence
+
+from ..ir import dtypes as dt
+from ..ir.dtypes import DType
+from ..ir.index import Index, floordiv, mod, product
+from ..ir.ops import FLOAT_ONLY, INT_ONLY, LOGICAL, PREDICATES, Op, ReduceOp
+from .tensor import (GatherSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc, _counter,
+                     normalize_axis, shape_str, to_size)
+
+
+# -- broadcasting and promotion ------------------------------------------------------------------
+def broadcast_shapes(*shapes: Sequence[Index], what: str = "broadcast") -> tuple[Index, ...]:
+    """numpy-style broadcast of shapes; raises a ValueError naming both shapes on mismatch."""
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(ndim):
+        size = Index.of(1)
+        for s in shapes:
+            j = k - (ndim - len(s))
+            if j < 0 or s[j] == 1:
+                continue
+            if size == 1:
+                size = s[j]
+            elif s[j] != size:
+                raise ValueError(f"{what}: shapes {' and '.join(shape_str(x) for x in shapes)} "
+                                 f"do not broadcast (dimension {k}: {size} vs {s[j]})")
+        out.append(size)
+    return tuple(out)
+
+
+def broadcast_to(x: Tensor, shape: Sequence) -> Tensor:
+    """View ``x`` with ``shape``: size-1 or missing leading dims repeat (stride 0, no copy)."""
+    shape = tuple(to_size(s) for s in shape)
+    if tuple(x.shape) == shape:
+        return x
+    target = broadcast_shapes(x.shape, shape, what="broadcast_to")
+    if target != shape:
+        raise ValueError(f"broadcast_to: cannot broadcast {shape_str(x.shape)} to {shape_str(shape)}")
+    lead = len(shape) - x.ndim
+    src_shape = x.shape
+
+    def remap(idx):
+        return tuple(Index.of(0) if src_shape[k] == 1 else idx[k + lead] for k in range(len(src_shape)))
+
+    return Tensor(shape, x.dtype, ViewSrc(x, remap, "broadcast_to"))
+
+
+def result_dtype(args) -> DType:
+    """PyTorch's result dtype for tensors and Python scalars mixed."""
+    tensors = [a.dtype for a in args if isinstance(a, Tensor)]
+    if not tensors:
+        raise TypeError("at least one operand must be a DSL tensor")
+    out = dt.promote(*tensors)
+    for a in args:
+        if not isinstance(a, Tensor):
+            out = dt.promote_with_scalar(out, a)
+    return out
+
+
+def _as_tensor_or_scalar(value):
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    raise TypeError(f"expected a DSL tensor or a Python scalar, got {type(value).__name__}")
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    """Convert ``x`` to ``dtype`` (float->int truncates toward zero, ->bool tests != 0)."""
+    dtype = dt.to_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return Tensor(x.shape, dtype, PointwiseSrc(Op.CAST, (x,)))
+
+
+def _prepare(args, in_dtype: DType, shape):
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(broadcast_to(cast(a, in_dtype), shape))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def apply(op: Op, *args, dtype: DType | None = None) -> Tensor:
+    """Apply scalar ``op`` elementwise with promotion and broadcasting."""
+    args = tuple(_as_tensor_or_scalar(a) for a in args)
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    shape = broadcast_shapes(*(t.shape for t in tensors), what=op.name.lower())
+    in_dtype = result_dtype(args)
+    if op in FLOAT_ONLY and not in_dtype.is_float:
+        in_dtype = dt.float32
+    if op in INT_ONLY and in_dtype.is_float:
+        raise TypeError(f"{op.name.lower()} is defined on integer and bool tensors, got {in_dtype.name}")
+    if op in LOGICAL:
+        in_dtype = dt.bool_
+    if op in PREDICATES:
+        out_dtype = dt.bool_
+    else:
+        out_dtype = dtype or in_dtype
+    return Tensor(shape, out_dtype, PointwiseSrc(op, _prepare(args, in_dtype, shape)))
+
+
+def _unary(op: Op):
+    def fn(x):
+        return apply(op, x)
+
+    fn.__name__ = op.name.lower()
+    fn.__doc__ = f"Elementwise {op.doc}."
+    return fn
+
+
+abs = _unary(Op.ABS)  # noqa: A001 - mirrors torch/numpy naming on purpose
+exp = _unary(Op.EXP)
+log = _unary(Op.LOG)
+sqrt = _unary(Op.SQRT)
+rsqrt = _unary(Op.RSQRT)
+sin = _unary(Op.SIN)
+cos = _unary(Op.COS)
+tanh = _unary(Op.TANH)
+sigmoid = _unary(Op.SIGMOID)
+erf = _unary(Op.ERF)
+
+
+def pow(x, y) -> Tensor:  # noqa: A001
+    """Elementwise ``x ** y``."""
+    return apply(Op.POW, x, y)
+
+
+def maximum(x, y) -> Tensor:
+    """Elementwise max; NaN if either is NaN."""
+    return apply(Op.MAXIMUM, x, y)
+
+
+def minimum(x, y) -> Tensor:
+    """Elementwise min; NaN if either is NaN."""
+    return apply(Op.MINIMUM, x, y)
+
+
+def where(cond, x, y) -> Tensor:
+    """``x`` where ``cond`` else ``y``, broadcasting all three."""
+    cond = _as_tensor_or_scalar(cond)
+    x, y = _as_tensor_or_scalar(x), _as_tensor_or_scalar(y)
+    if isinstance(cond, Tensor) and cond.dtype != dt.bool_:
+        cond = cast(cond, dt.bool_)
+    if not builtins.any(isinstance(a, Tensor) for a in (x, y)):
+        if not isinstance(cond, Tensor):
+            raise TypeError("where: at least one operand must be a DSL tensor")
+        x_dtype = dt.promote_with_scalar(dt.promote_with_scalar(dt.bool_, x), y)
+        vals = (x, y)
+    else:
+        x_dtype = result_dtype((x, y))
+        vals = (x, y)
+    tensors = [a for a in (cond, x, y) if isinstance(a, Tensor)]
+    shape = broadcast_shapes(*(t.shape for t in tensors), what="where")
+    cond_b = broadcast_to(cond, shape) if isinstance(cond, Tensor) else bool(cond)
+    xs = _prepare(vals, x_dtype, shape)
+    return Tensor(shape, x_dtype, PointwiseSrc(Op.WHERE, (cond_b,) + xs))
+
+
+# -- views ----------------------------------------------------------------------------------------
+def permute(x: Tensor, *dims) -> Tensor:
+    """Reorder dimensions: ``out.shape[k] == x.shape[dims[k]]``."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    dims = tuple(normalize_axis(d, x.ndim, "permute") for d in dims)
+    if sorted(dims) != list(range(x.ndim)):
+        raise ValueError(f"permute: {dims} is not a permutation of the {x.ndim} dims of {shape_str(x.shape)}")
+    inverse = [0] * x.ndim
+    for k, d in enumerate(dims):
+        inverse[d] = k
+
+    def remap(idx):
+        return tuple(idx[inverse[d]] for d in range(len(inverse)))
+
+    return Tensor(tuple(x.shape[d] for d in dims), x.dtype, ViewSrc(x, remap, f"permute{dims}"))
+
+
+def reshape(x: Tensor, *shape) -> Tensor:
+    """View with a new shape of the same number of elements (row-major order); one dim may be -1."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    numel = product(x.shape)
+    sizes = [None if (isinstance(s, int) and s == -1) else to_size(s) for s in shape]
+    if sizes.count(None) > 1:
+        raise ValueError(f"reshape: only one dimension may be -1, got {shape}")
+    if None in sizes:
+        known = product(s for s in sizes if s is not None)
+        inferred = floordiv(numel, known)
+        if inferred * known != numel:
+            raise ValueError(f"reshape: cannot infer -1 in {shape} for {shape_str(x.shape)}")
+        sizes[sizes.index(None)] = inferred
+    sizes = tuple(sizes)
+    if product(sizes) != numel:
+        raise ValueError(f"reshape: shape {shape_str(sizes)} has {product(sizes)} elements, "
+                         f"{shape_str(x.shape)} has {numel}")
+    if sizes == x.shape:
+        return x
+    src_shape = x.shape
+
+    def remap(idx):
+        flat = Index.of(0)
+        for i, n in zip(idx, sizes):
+            flat = flat * n + i
+        out = []
+        for n in reversed(src_shape):
+            out.append(mod(flat, n) if n != 1 else Index.of(0))
+            flat = floordiv(flat, n)
+        return tuple(reversed(out))
+
+    return Tensor(sizes, x.dtype, ViewSrc(x, remap, "reshape"))
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    """Basic indexing: ints, slices with positive steps, ``...`` and ``None``."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    n_real = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices ({n_real}) for a tensor of rank {x.ndim}")
+    if builtins.sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    expanded = []
+    for k in key:
+        if k is Ellipsis:
+            expanded.extend([slice(None)] * (x.ndim - n_real))
+        else:
+            expanded.append(k)
+    expanded.extend([slice(None)] * (x.ndim - builtins.sum(1 for k in expanded if k is not None)))
+    out_shape, plan = [], []  # plan: per source dim (kind, start, step) ; None dims inserted
+    src_dim = 0
+    for k in expanded:
+        if k is None:
+            out_shape.append(Index.of(1))
+            plan.append(("new",))
+            continue
+        size = x.shape[src_dim]
+        if isinstance(k, bool) or not (isinstance(k, (int, slice)) or hasattr(k, "__index__")):
+            raise TypeError(f"unsupported index {k!r}; use ln.gather for tensor indices")
+        if isinstance(k, slice):
+            start, stop, step = _slice_bounds(k, size)
+            out_shape.append(stop)
+            plan.append(("slice", start, step))
+        else:
+            k = int(k)
+            c = size.as_int()
+            if c is not None and not -c <= k < c:
+                raise IndexError(f"index {k} is out of range for dimension {src_dim} of size {c}")
+            start = Index.of(k) if k >= 0 else size + k
+            plan.append(("int", start))
+        src_dim += 1
+
+    def remap(idx):
+        out, pos = [], 0
+        for p in plan:
+            if p[0] == "new":
+                pos += 1
+            elif p[0] == "slice":
+                out.append(p[1] + idx[pos] * p[2])
+                pos += 1
+            else:
+                out.append(p[1])
+        return tuple(out)
+
+    return Tensor(tuple(out_shape), x.dtype, ViewSrc(x, remap, "getitem"))
+
+
+def _slice_bounds(k: slice, size: Index) -> tuple[Index, Index, int]:
+    step = 1 if k.step is None else int(k.step)
+    if step <= 0:
+        raise ValueError(f"slice step must be positive, got {step}")
+    n = size.as_int()
+    if n is None:
+        if (k.start not in (None, 0)) or k.stop is not None or step != 1:
+            if k.stop is None and step == 1 and isinstance(k.start, int) and k.start >= 0:
+                return Index.of(k.start), size - k.start, 1
+            raise ValueError("slicing a symbolic dimension supports only x[a:] with a >= 0")
+        return Index.of(0), size, 1
+    start, stop, _ = slice(k.start, k.stop, step).indices(n)
+    length = builtins.max(0, (stop - start + step - 1) // step)
+    return Index.of(start), Index.of(length), step
+
+
+def gather(x: Tensor, axis: int, index: Tensor) -> Tensor:
+    """``out[i] = x[i with i[axis] := index[i]]`` like ``torch.gather`` (index has x's rank)."""
+    axis = normalize_axis(axis, x.ndim, "gather")
+    if not isinstance(index, Tensor) or not index.dtype.is_int:
+        raise TypeError("gather: index must be an integer DSL tensor")
+    if index.ndim != x.ndim:
+        raise ValueError(f"gather: index rank {index.ndim} must equal input rank {x.ndim}")
+    for k in range(x.ndim):
+        if k != axis and index.shape[k] != x.shape[k]:
+            raise ValueError(f"gather: index shape {shape_str(index.shape)} does not match input "
+                             f"{shape_str(x.shape)} outside axis {axis}")
+    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis))
+
+
+# -- reductions -----------------------------------------------------------------------------------
+def _axes(x: Tensor, axis, what: str) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(x.ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, x.ndim, what) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{what}: repeated axis in {tuple(axis)}")
+        return tuple(sorted(axes))
+    return (normalize_axis(axis, x.ndim, what),)
+
+
+def _reduce(op: ReduceOp, x: Tensor, axes: tuple[int, ...], keepdim: bool, dtype: DType,
+            outputs: int = 1) -> tuple[Tensor, ...]:
+    kept = tuple(s for k, s in enumerate(x.shape) if k not in axes)
+    node_id = next(_counter)
+    results = []
+    for out in range(outputs):
+        t = Tensor(kept, dtype, ReductionSrc(op, x, axes, out, node_id))
+        results.append(_keepdim(t, x, axes) if keepdim else t)
+    return tuple(results)
+
+
+def _keepdim(t: Tensor, x: Tensor, axes) -> Tensor:
+    key = tuple(None if k in axes else slice(None) for k in range(x.ndim))
+    return getitem(t, key) if axes else t
+
+
+def _sum_dtype(x: Tensor) -> DType:
+    return dt.int64 if (x.dtype.is_int or x.dtype.is_bool) else x.dtype
+
+
+def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (all when None); integer and bool inputs sum to int64 like torch."""
+    return _reduce(ReduceOp.SUM, x, _axes(x, axis, "sum"), keepdim, _sum_dtype(x))[0]
+
+
+def prod(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    """Product over ``axis``."""
+    return _reduce(ReduceOp.PROD, x, _axes(x, axis, "prod"), keepdim, _sum_dtype(x))[0]
+
+
+def max(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis``; NaN if any element is NaN."""
+    return _reduce(ReduceOp.MAX, x, _axes(x, axis, "max"), keepdim, x.dtype)[0]
+
+
+def min(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """Minimum over ``axis``; NaN if any element is NaN."""
+    return _reduce(ReduceOp.MIN, x, _axes(x, axis, "min"), keepdim, x.dtype)[0]
+
+
+def any(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True where any element over ``axis`` is nonzero."""
+    return _reduce(ReduceOp.ANY, cast(x, dt.bool_), _axes(x, axis, "any"), keepdim, dt.bool_)[0]
+
+
+def all(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True where every element over ``axis`` is nonzero."""
+    return _reduce(ReduceOp.ALL, cast(x, dt.bool_), _axes(x, axis, "all"), keepdim, dt.bool_)[0]
+
+
+def _count(x: Tensor, axes) -> Index:
+    return product(x.shape[a] for a in axes)
+
+
+def mean(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    """Mean over ``axis`` (floating-point inputs only, like torch)."""
+    if not x.dtype.is_float:
+        raise TypeError(f"mean: input dtype must be floating point, got {x.dtype.name}")
+    axes = _axes(x, axis, "mean")
+    total = _reduce(ReduceOp.SUM, x, axes, keepdim, x.dtype)[0]
+    return _div_by_count(total, _count(x, axes))
+
+
+def _div_by_count(t: Tensor, count: Index) -> Tensor:
+    n = count.as_int()
+    if n is not None:
+        return apply(Op.TRUEDIV, t, float(n)) if n else apply(Op.MUL, t, math.nan)
+    return apply(Op.TRUEDIV, t, _size_value(count, t))
+
+
+def _size_value(count: Index, like: Tensor) -> Tensor:
+    """A symbolic element count as a 0-d float tensor of ``like``'s dtype."""
+    return Tensor((), like.dtype, PointwiseSrc(Op.CAST, (count,)))
+
+
+def _arg(op: ReduceOp, x: Tensor, axis, keepdim: bool) -> Tensor:
+    if axis is None:
+        flat = reshape(x, (product(x.shape),))
+        out = _reduce(op, flat, (0,), False, dt.int64)[0]
+        return reshape(out, (1,) * x.ndim) if keepdim else out
+    return _reduce(op, x, (normalize_axis(axis, x.ndim, op.value),), keepdim, dt.int64)[0]
+
+
+def argmax(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum along ``axis`` (flattened when None), as int64."""
+    return _arg(ReduceOp.ARGMAX, x, axis, keepdim)
+
+
+def argmin(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    """Index of the first minimum along ``axis`` (flattened when None), as int64."""
+    return _arg(ReduceOp.ARGMIN, x, axis, keepdim)
+
+
+def var_mean(x: Tensor, axis=None, correction: int = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """``(var, mean)`` over ``axis`` in one Welford pass; var divides by ``n - correction``."""
+    if not x.dtype.is_float:
+        raise TypeError(f"var_mean: input dtype must be floating point, got {x.dtype.name}")
+    axes = _axes(x, axis, "var_mean")
+    mean_t, m2 = _reduce(ReduceOp.WELFORD, x, axes, keepdim, x.dtype, outputs=2)
+    n = _count(x, axes)
+    c = n.as_int()
+    if c is not None:
+        denom = float(c - correction)
+        var = apply(Op.TRUEDIV, m2, denom) if denom > 0 else apply(Op.MUL, m2, math.inf)
+    else:
+        var = apply(Op.TRUEDIV, m2, apply(Op.SUB, _size_value(n, m2), float(correction)))
+    return var, mean_t
+
+
+# -- operators on Tensor ------------------------------------------------------------------------
+def _binary(op: Op, reflected: bool = False):
+    if reflected:
+        return lambda self, other: apply(op, other, self)
+    return lambda self, other: apply(op, self, other)
+
+
+def _bool_or_bits(logical: Op, bitwise: Op):
+    def fn(self, other):
+        dtype = result_dtype((self, other))
+        return apply(logical if dtype.is_bool else bitwise, self, other)
+
+    return fn
+
+
+def _invert(self: Tensor) -> Tensor:
+    return apply(Op.NOT if self.dtype.is_bool else Op.BITNOT, self)
+
+
+def _floordiv(self, other, reflected=False):
+    a, b = (other, self) if reflected else (self, other)
+    return apply(Op.FLOORDIV, a, b)
+
+
+_OPERATORS = {
+    "__add__": _binary(Op.ADD), "__radd__": _binary(Op.ADD, True),
+    "__sub__": _binary(Op.SUB), "__rsub__": _binary(Op.SUB, True),
+    "__mul__": _binary(Op.MUL), "__rmul__": _binary(Op.MUL, True),
+    "__truediv__": _binary(Op.TRUEDIV), "__rtruediv__": _binary(Op.TRUEDIV, True),
+    "__floordiv__": _binary(Op.FLOORDIV), "__rfloordiv__": _binary(Op.FLOORDIV, True),
+    "__mod__": _binary(Op.MOD), "__rmod__": _binary(Op.MOD, True),
+    "__pow__": _binary(Op.POW), "__rpow__": _binary(Op.POW, True),
+    "__lt__": _binary(Op.LT), "__le__": _binary(Op.LE),
+    "__gt__": _binary(Op.GT), "__ge__": _binary(Op.GE),
+    "__eq__": _binary(Op.EQ), "__ne__": _binary(Op.NE),
+    "__and__": _bool_or_bits(Op.AND, Op.BITAND), "__rand__": _bool_or_bits(Op.AND, Op.BITAND),
+    "__or__": _bool_or_bits(Op.OR, Op.BITOR), "__ror__": _bool_or_bits(Op.OR, Op.BITOR),
+    "__xor__": _bool_or_bits(Op.XOR, Op.BITXOR), "__rxor__": _bool_or_bits(Op.XOR, Op.BITXOR),
+    "__neg__": lambda self: apply(Op.NEG, self),
+    "__abs__": lambda self: apply(Op.ABS, self),
+    "__invert__": _invert,
+    "__getitem__": getitem,
+    "__hash__": lambda self: hash(self.id),
+}
+_METHODS = {
+    "sum": sum, "prod": prod, "max": max, "min": min, "mean": mean, "argmax": argmax,
+    "argmin": argmin, "any": any, "all": all, "var_mean": var_mean, "permute": permute,
+    "reshape": reshape, "broadcast_to": broadcast_to, "exp": exp, "log": log, "sqrt": sqrt,
+    "rsqrt": rsqrt, "abs": abs, "sigmoid": sigmoid, "tanh": tanh, "cast": cast,
+}
+for _name, _fn in {**_OPERATORS, **_METHODS}.items():
+    setattr(Tensor, _name, _fn)
+Tensor.T = property(lambda self: permute(self, tuple(reversed(range(self.ndim)))))

@@ -1,0 +1,279 @@
+"""Fusion: inline pointwise producers, group the remaining nodes into loop nests, build kernels.
+
+1. ``inline_pointwise`` substitutes every pointwise node that is not a graph output or an extern
+   argument into its consumers (vertical and prologue fusion; codegen's CSE removes repeats).
+2. ``group_nodes`` visits the remaining nodes in order and adds each to an earlier group when
+   its loops line up with the group's (same rows and reduced dimensions, or the rows alone, or
+   the full domain) and every value it reads from the group is the one computed at the same
+   point; otherwise it opens a new group. Externs are groups of their own and never fuse.
+3. ``build_kernel`` rewrites a group into a ``Kernel``: reads of the group's reductions become
+   accumulator references, and only values needed outside the group are stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..ir.expr import AccRef, Expr, IndexValue, Load, map_indirect, rewrite, substitute_vars, walk
+from ..ir.index import Index, as_var
+from ..ir.nodes import BufferRef, Extern, Graph, Node, Pointwise, Reduction, domain_vars, interleave
+from .kernel import Kernel, KReduction, KStore
+
+
+# -- 1. inlining --------------------------------------------------------------------------------
+def extern_buffers(graph: Graph) -> set[str]:
+    """Buffers passed to extern calls (they must exist in memory)."""
+    names: set[str] = set()
+
+    def collect(a):
+        if isinstance(a, BufferRef):
+            names.add(a.name)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                collect(x)
+
+    for n in graph.nodes:
+        if isinstance(n, Extern):
+            collect(list(n.args) + list(n.kwargs.values()))
+    return names
+
+
+def inline_pointwise(graph: Graph) -> list[Node]:
+    """The graph's nodes with non-materialized pointwise nodes substituted into their readers."""
+    keep = {o.buffer for o in graph.outputs} | extern_buffers(graph)
+    bodies: dict[str, tuple[tuple[Index, ...], Expr]] = {}
+    result: list[Node] = []
+    for n in graph.nodes:
+        if isinstance(n, Extern):
+            result.append(n)
+            continue
+        body = inline_loads(n.body, bodies)
+        if isinstance(n, Pointwise) and n.out not in keep:
+            bodies[n.out] = (n.index_vars(), body)
+        else:
+            result.append(dataclasses.replace(n, body=body))
+    return result
+
+
+def inline_loads(body: Expr, bodies: dict[str, tuple[tuple[Index, ...], Expr]]) -> Expr:
+    """Replace loads of buffers in ``bodies`` by the producer's body at the load's index."""
+
+    def fn(node: Expr, visit):
+        if isinstance(node, Load):
+            index = tuple(map_indirect(i, visit) for i in node.index)
+            if node.buffer in bodies:
+                pvars, pbody = bodies[node.buffer]
+                return substitute_vars(pbody, {as_var(v): i for v, i in zip(pvars, index)})
+            return Load(node.buffer, index, node.dtype)
+        return None
+
+    return rewrite(body, fn)
+
+
+# -- 2. grouping --------------------------------------------------------------------------------
+def squeeze(sizes) -> tuple[Index, ...]:
+    return tuple(s for s in sizes if s != 1)
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    """Rows ``p`` and reduced dims ``r`` (size-1 dims dropped); ``raxes`` place r in the full domain."""
+
+    p: tuple[Index, ...]
+    r: tuple[Index, ...] = ()
+    raxes: tuple[int, ...] = ()
+
+    @property
+    def full(self) -> tuple[Index, ...]:
+        return interleave(self.p, self.r, self.raxes)
+
+
+def loop_shape(n: Node) -> LoopShape:
+    """The loop structure of a pointwise or reduction node."""
+    if isinstance(n, Pointwise):
+        return LoopShape(squeeze(n.domain))
+    flags = [k in n.axes for k in range(len(n.domain) + len(n.rdomain))]
+    full = n.full_domain()
+    kept = [(s, f) for s, f in zip(full, flags) if s != 1]
+    p = tuple(s for s, f in kept if not f)
+    r = tuple(s for s, f in kept if f)
+    raxes = tuple(k for k, (_, f) in enumerate(kept) if f)
+    return LoopShape(p, r, raxes)
+
+
+def _assign(variables, sizes, targets) -> dict:
+    """Map the non-unit loop variables over ``sizes`` onto ``targets`` (unit ones onto 0)."""
+    it = iter(targets)
+    mapping = {}
+    for v, s in zip(variables, sizes):
+        mapping[as_var(v)] = Index.of(0) if s == 1 else next(it)
+    return mapping
+
+
+@dataclass
+class Member:
+    """A node placed in a group: its variables mapped onto the kernel's."""
+
+    node: Node
+    mapping: dict
+    row_level: bool  # a pointwise node over the rows only (runs after the reduction loops)
+
+    def out_index(self) -> tuple[Index, ...]:
+        return tuple(v.subs(self.mapping) for v in self.node.index_vars())
+
+
+def place(n: Node, shape: LoopShape) -> Member | None:
+    """Map node ``n`` into a kernel of loop shape ``shape``, or None if the loops do not line up."""
+    pv = domain_vars(shape.p, "p")
+    rv = domain_vars(shape.r, "r")
+    if isinstance(n, Reduction):
+        mine = loop_shape(n)
+        if mine != shape:
+            return None
+        mapping = _assign(n.index_vars(), n.domain, pv)
+        mapping.update(_assign(n.reduction_vars(), n.rdomain, rv))
+        return Member(n, mapping, row_level=False)
+    sq = squeeze(n.domain)
+    if sq == shape.full:
+        return Member(n, _assign(n.index_vars(), n.domain, interleave(pv, rv, shape.raxes)), False)
+    if shape.r and sq == shape.p:
+        return Member(n, _assign(n.index_vars(), n.domain, pv), row_level=True)
+    return None
+
+
+@dataclass
+class Group:
+    """Nodes that will become one kernel (or one extern call)."""
+
+    index: int
+    shape: LoopShape | None  # None for an extern
+    members: list[Member] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [m.node for m in self.members]
+
+    def produces(self) -> set[str]:
+        return {o for m in self.members for o in m.node.outputs}
+
+
+def _rebind(members: list[Member], shape: LoopShape) -> list[Member] | None:
+    out = []
+    for m in members:
+        placed = place(m.node, shape)
+        if placed is None:
+            return None
+        out.append(placed)
+    return out
+
+
+def node_reads(n: Node) -> set[str]:
+    if isinstance(n, Extern):
+        return extern_buffers(Graph(nodes=[n]))
+    return {x.buffer for x in walk(n.body) if isinstance(x, Load)}
+
+
+def group_nodes(nodes: list[Node]) -> list[Group]:
+    """Greedy fusion in program order (see the module docstring)."""
+    groups: list[Group] = []
+    owner: dict[str, Group] = {}
+    for n in nodes:
+        placed = None if isinstance(n, Extern) else _try_join(n, groups, owner)
+        if placed is None:
+            shape = None if isinstance(n, Extern) else loop_shape(n)
+            g = Group(len(groups), shape, [] if shape is None else [place(n, shape)])
+            if shape is None:
+                g.members.append(Member(n, {}, False))
+            groups.append(g)
+            placed = g
+        for o in n.outputs:
+            owner[o] = placed
+    return groups
+
+
+def _try_join(n: Node, groups: list[Group], owner: dict[str, Group]) -> Group | None:
+    reads = node_reads(n)
+    deps = {owner[b].index for b in reads if b in owner}
+    latest = max(deps, default=-1)
+    # producers first (they save the most bytes), most recent first; then independent groups
+    candidates = sorted((g for g in groups if g.shape is not None and g.index >= latest),
+                        key=lambda g: (g.index not in deps, -g.index))
+    for g in candidates:
+        trial = _candidate(g, n)
+        if trial is not None and _legal(trial, g.produces()):
+            g.shape, g.members = trial
+            return g
+    return None
+
+
+def _candidate(g: Group, n: Node):
+    member = place(n, g.shape)
+    if member is not None:
+        return g.shape, g.members + [member]
+    if isinstance(n, Reduction) and not g.shape.r:
+        shape = loop_shape(n)
+        if shape.full == g.shape.p:
+            rebound = _rebind(g.members, shape)
+            if rebound is not None:
+                return shape, rebound + [place(n, shape)]
+    return None
+
+
+def _legal(trial, produced: set[str]) -> bool:
+    """Every read of a value the group computes must be at the point the group computes it."""
+    _, members = trial
+    index_of: dict[str, tuple] = {}
+    for m in members:
+        for o in m.node.outputs:
+            index_of[o] = m.out_index()
+    for m in members:
+        for ld in walk(substitute_vars(m.node.body, m.mapping)):
+            if isinstance(ld, Load) and ld.buffer in index_of and ld.index != index_of[ld.buffer]:
+                return False
+    return True
+
+
+# -- 3. kernels -----------------------------------------------------------------------------------
+def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str) -> Kernel:
+    """Turn a group into a kernel that stores only the buffers in ``needed_outside``."""
+    values: dict[str, Expr] = {}      # in-group pointwise buffer -> its value in kernel vars
+    acc_of: dict[str, AccRef] = {}    # reduction output buffer -> reference to its accumulator
+    levels: dict[str, int] = {}       # accumulator -> level (the phase whose loop computes it)
+    reductions, elem, row = [], [], []
+    for m in group.members:
+        body = _kernel_body(substitute_vars(m.node.body, m.mapping), values, acc_of)
+        phase = _first_phase(body, levels)
+        if isinstance(m.node, Reduction):
+            acc = m.node.outs[0]
+            levels[acc] = phase
+            reductions.append(KReduction(acc, m.node.op, body, body.dtype, phase))
+            for k, o in enumerate(m.node.outs):
+                acc_of[o] = AccRef(acc, k, graph.buffers[o].dtype)
+                if o in needed_outside:
+                    row.append(KStore(o, m.out_index(), acc_of[o]))
+            continue
+        values[m.node.out] = body
+        if m.node.out in needed_outside:
+            (row if m.row_level else elem).append(KStore(m.node.out, m.out_index(), body, phase))
+    return Kernel(name, group.shape.p, group.shape.r, reductions, elem, row,
+                  [n.name for n in group.nodes], graph.buffers)
+
+
+def _kernel_body(body: Expr, values: dict[str, Expr], acc_of: dict[str, AccRef]) -> Expr:
+    def fn(node: Expr, visit):
+        if isinstance(node, Load):
+            if node.buffer in values:
+                return values[node.buffer]
+            if node.buffer in acc_of:
+                return acc_of[node.buffer]
+            return Load(node.buffer, tuple(map_indirect(i, visit) for i in node.index), node.dtype)
+        if isinstance(node, IndexValue):
+            return IndexValue(map_indirect(node.index, visit), node.dtype)
+        return None
+
+    return rewrite(body, fn)
+
+
+def _first_phase(body: Expr, levels: dict[str, int]) -> int:
+    """The first loop phase in which every accumulator ``body`` reads is final."""
+    return max((levels[n.name] + 1 for n in walk(body) if isinstance(n, AccRef)), default=0)

@@ -1,0 +1,148 @@
+"""A fused loop nest: what the scheduler hands to a backend.
+
+Loop variables are ``p0..`` over ``pdomain`` (independent, parallel) and ``r0..`` over
+``rdomain`` (reduced). A reduction kernel runs, for every point of ``pdomain``, one loop over
+``rdomain`` per phase: phase k updates the reductions of level k and performs the element stores
+of phase k; reductions of level k may read the finished results (``AccRef``) of lower levels.
+Row stores run after the last phase. A pointwise kernel has an empty ``rdomain`` and only
+element stores.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..ir.dtypes import DType
+from ..ir.expr import Apply, Expr, Load, walk
+from ..ir.index import Index, product
+from ..ir.nodes import Buffer, domain_vars
+from ..ir.ops import ReduceOp
+from ..ir.printer import Printer
+
+
+class Strategy(Enum):
+    """How a reduction kernel walks its rows (a tunable parameter)."""
+
+    PERSISTENT = "persistent"  # a whole row at once (one program / one thread owns it)
+    LOOPED = "looped"          # a row in chunks, accumulators carried across chunks
+    SPLIT = "split"            # one long reduction split across programs/threads, then combined
+
+
+@dataclass(frozen=True)
+class KReduction:
+    """``acc = op over rdomain of body`` for the current row; ``outs`` name its results."""
+
+    name: str
+    op: ReduceOp
+    body: Expr
+    dtype: DType
+    level: int
+
+
+@dataclass(frozen=True)
+class KStore:
+    """``buffer[index] = value`` (index in kernel variables)."""
+
+    buffer: str
+    index: tuple[Index, ...]
+    value: Expr
+    phase: int = 0
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One fused loop nest."""
+
+    name: str
+    pdomain: tuple[Index, ...]
+    rdomain: tuple[Index, ...]
+    reductions: list[KReduction]
+    elem_stores: list[KStore]
+    row_stores: list[KStore]
+    nodes: list[str]
+    buffers: dict[str, Buffer] = field(repr=False, default_factory=dict)
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reductions)
+
+    @property
+    def num_phases(self) -> int:
+        levels = [r.level + 1 for r in self.reductions] + [s.phase + 1 for s in self.elem_stores]
+        return max(levels, default=1)
+
+    @property
+    def kind(self) -> str:
+        if not self.reductions:
+            return "pointwise"
+        return "full_reduction" if not self.pdomain else "reduction"
+
+    def pvars(self) -> tuple[Index, ...]:
+        return domain_vars(self.pdomain, "p")
+
+    def rvars(self) -> tuple[Index, ...]:
+        return domain_vars(self.rdomain, "r")
+
+    def expressions(self) -> list[Expr]:
+        return ([r.body for r in self.reductions] + [s.value for s in self.elem_stores]
+                + [s.value for s in self.row_stores])
+
+    @property
+    def inputs(self) -> list[str]:
+        """Buffers the kernel loads, in order of first use."""
+        seen: dict[str, None] = {}
+        for e in self.expressions():
+            for n in walk(e):
+                if isinstance(n, Load):
+                    seen.setdefault(n.buffer)
+        return list(seen)
+
+    @property
+    def outputs(self) -> list[str]:
+        return [s.buffer for s in self.elem_stores + self.row_stores]
+
+    def text(self, canonical: bool = False) -> str:
+        """Readable (or canonical: renamed, size-free) text of the kernel."""
+        p = Printer(self.buffers, canonical=canonical, order=self.inputs)
+        head = f"kernel p{p.shape(self.pdomain)} r{p.shape(self.rdomain)}"
+        lines = [head] + [f"  in  {p.decl(b)}" for b in self.inputs]
+        for r in self.reductions:
+            lines.append(f"  acc {p.buf(r.name)} = {r.op.value} level {r.level}: {p.expr(r.body)}")
+        for s in self.elem_stores:
+            idx = ", ".join(p.index(i) for i in s.index)
+            lines.append(f"  phase {s.phase} {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
+        for s in self.row_stores:
+            idx = ", ".join(p.index(i) for i in s.index)
+            lines.append(f"  row {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
+        return "\n".join(lines)
+
+    @property
+    def structural_hash(self) -> str:
+        """Identity of the computation, independent of names and sizes."""
+        return hashlib.sha256(self.text(canonical=True).encode()).hexdigest()[:20]
+
+    def bytes_moved(self) -> Index:
+        """Each input read once plus each output written once, in bytes."""
+        total = Index.of(0)
+        for name in set(self.inputs) | set(self.outputs):
+            b = self.buffers[name]
+            total = total + b.layout.numel * b.dtype.itemsize
+        return total
+
+    def flops(self) -> Index:
+        """Scalar ops executed (a rough count: one per Apply per point of its loop)."""
+        row = product(self.pdomain)
+        elem = row * product(self.rdomain)
+        total = Index.of(0)
+        for r in self.reductions:
+            total = total + elem * (_count_ops(r.body) + 1)
+        for s in self.elem_stores:
+            total = total + elem * _count_ops(s.value)
+        for s in self.row_stores:
+            total = total + row * _count_ops(s.value)
+        return total
+
+
+def _count_ops(e: Expr) -> int:
+    return sum(1 for n in walk(e) if isinstance(n, Apply))

@@ -1,0 +1,61 @@
+"""The schedule of a graph: kernels and extern calls in order, and which buffers need memory."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..ir.nodes import Buffer, BufferKind, Extern, Graph
+from .fusion import build_kernel, extern_buffers, group_nodes, inline_pointwise, node_reads
+from .kernel import Kernel
+
+Step = Kernel | Extern
+
+
+@dataclass
+class Schedule:
+    """Steps in execution order plus the buffers the runtime must allocate."""
+
+    graph: Graph
+    steps: list[Step]
+    intermediates: list[str]          # stored by one step, read by a later one, not outputs
+    buffers: dict[str, Buffer] = field(repr=False, default_factory=dict)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    @property
+    def externs(self) -> list[Extern]:
+        return [s for s in self.steps if isinstance(s, Extern)]
+
+
+def schedule(graph: Graph, name: str = "kernel") -> Schedule:
+    """Fuse ``graph`` into kernels named ``ln_{name}_{k}``."""
+    nodes = inline_pointwise(graph)
+    groups = group_nodes(nodes)
+    outputs = {o.buffer for o in graph.outputs}
+    externs_read = extern_buffers(graph)
+    reads_by_group: dict[int, set[str]] = {}
+    for g in groups:
+        reads_by_group[g.index] = set()
+        for n in g.nodes:
+            reads_by_group[g.index] |= node_reads(n)
+    steps: list[Step] = []
+    stored: set[str] = set()
+    kernel_count = Counter()
+    for g in groups:
+        if g.shape is None:
+            steps.append(g.nodes[0])
+            stored |= set(g.nodes[0].outputs)
+            continue
+        produced = g.produces()
+        read_elsewhere = set().union(*(r for k, r in reads_by_group.items() if k != g.index))
+        needed = {b for b in produced if b in outputs or b in externs_read or b in read_elsewhere}
+        if not needed:
+            continue  # dead code
+        k = kernel_count[name]
+        kernel_count[name] += 1
+        steps.append(build_kernel(g, graph, needed, f"ln_{name}_{k}"))
+        stored |= needed
+    intermediates = [b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE]
+    return Schedule(graph, steps, intermediates, graph.buffers)
