@@ -1,0 +1,195 @@
+"""How the C++ backend spells each IR op, and the C types of IR dtypes."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...ir import dtypes as dt
+from ...ir.dtypes import DType
+from ...ir.ops import Op
+
+# storage types (what a pointer points to) and compute types (what arithmetic runs in)
+STORAGE = {
+    dt.float16: "_Float16", dt.bfloat16: "uint16_t", dt.float32: "float", dt.float64: "double",
+    dt.int8: "int8_t", dt.int16: "int16_t", dt.int32: "int32_t", dt.int64: "int64_t",
+    dt.uint8: "uint8_t", dt.bool_: "bool",
+}
+
+
+def ctype(dtype: DType) -> str:
+    """The C type values of ``dtype`` are computed in (float for float16/bfloat16)."""
+    return STORAGE[dt.compute_dtype(dtype)]
+
+
+def load_value(dtype: DType, ref: str) -> str:
+    """Read a stored element as its compute type."""
+    if dtype == dt.bfloat16:
+        return f"ln_bf16_to_f({ref})"
+    if dtype == dt.float16:
+        return f"((float){ref})"
+    return ref
+
+
+def store_value(dtype: DType, value: str) -> str:
+    """Convert a compute value to the stored representation."""
+    if dtype == dt.bfloat16:
+        return f"ln_f_to_bf16({value})"
+    if dtype == dt.float16:
+        return f"((_Float16)({value}))"
+    return value
+
+
+def _fn(name: str) -> Callable[..., str]:
+    return lambda *a: f"{name}({', '.join(a)})"
+
+
+def _infix(sym: str) -> Callable[..., str]:
+    return lambda a, b: f"({a} {sym} {b})"
+
+
+# Each entry renders (args..., ) given argument strings; dtype-dependent ones take the arg dtype.
+RENDER: dict[Op, Callable[..., str]] = {
+    Op.ADD: _infix("+"), Op.SUB: _infix("-"), Op.MUL: _infix("*"), Op.TRUEDIV: _infix("/"),
+    Op.FLOORDIV: _fn("ln_floordiv"), Op.MOD: _fn("ln_mod"), Op.FMOD: _fn("ln_fmod"),
+    Op.POW: _fn("ln_pow"), Op.ATAN2: _fn("std::atan2"),
+    Op.MAXIMUM: _fn("ln_maximum"), Op.MINIMUM: _fn("ln_minimum"), Op.COPYSIGN: _fn("std::copysign"),
+    Op.NEG: lambda a: f"(-{a})", Op.ABS: _fn("ln_abs"), Op.RECIPROCAL: lambda a: f"(1 / {a})",
+    Op.SIGN: _fn("ln_sign"),
+    Op.EXP: _fn("std::exp"), Op.EXP2: _fn("std::exp2"), Op.EXPM1: _fn("std::expm1"),
+    Op.LOG: _fn("std::log"), Op.LOG2: _fn("std::log2"), Op.LOG10: _fn("std::log10"),
+    Op.LOG1P: _fn("std::log1p"), Op.SQRT: _fn("std::sqrt"), Op.RSQRT: _fn("ln_rsqrt"),
+    Op.SIN: _fn("std::sin"), Op.COS: _fn("std::cos"), Op.TAN: _fn("std::tan"),
+    Op.ASIN: _fn("std::asin"), Op.ACOS: _fn("std::acos"), Op.ATAN: _fn("std::atan"),
+    Op.SINH: _fn("std::sinh"), Op.COSH: _fn("std::cosh"), Op.TANH: _fn("std::tanh"),
+    Op.ASINH: _fn("std::asinh"), Op.ACOSH: _fn("std::acosh"), Op.ATANH: _fn("std::atanh"),
+    Op.SIGMOID: _fn("ln_sigmoid"), Op.ERF: _fn("std::erf"), Op.ERFC: _fn("std::erfc"),
+    Op.ERFINV: _fn("ln_erfinv"),
+    Op.FLOOR: _fn("std::floor"), Op.CEIL: _fn("std::ceil"), Op.TRUNC: _fn("std::trunc"),
+    Op.ROUND: _fn("std::nearbyint"),
+    Op.ISNAN: lambda a: f"({a} != {a})", Op.ISINF: _fn("ln_isinf"),
+    Op.EQ: _infix("=="), Op.NE: _infix("!="), Op.LT: _infix("<"), Op.LE: _infix("<="),
+    Op.GT: _infix(">"), Op.GE: _infix(">="),
+    Op.AND: _infix("&&"), Op.OR: _infix("||"), Op.XOR: _infix("!="), Op.NOT: lambda a: f"(!{a})",
+    Op.BITAND: _infix("&"), Op.BITOR: _infix("|"), Op.BITXOR: _infix("^"),
+    Op.BITNOT: lambda a: f"(~{a})", Op.LSHIFT: _infix("<<"), Op.RSHIFT: _infix(">>"),
+    Op.WHERE: lambda c, a, b: f"({c} ? {a} : {b})",
+}
+
+
+def render_cast(value: str, src: DType, dst: DType) -> str:
+    """Convert a compute value of ``src`` to a compute value of ``dst`` (rounding narrow floats)."""
+    if dst.is_bool:
+        return f"({value} != 0)"
+    if dst == dt.bfloat16:
+        return f"ln_bf16_to_f(ln_f_to_bf16((float)({value})))"
+    if dst == dt.float16:
+        return f"((float)(_Float16)({value}))"
+    if src.is_bool or ctype(src) != ctype(dst):
+        return f"(({ctype(dst)})({value}))"
+    return value
+
+
+def render_const(value, dtype: DType) -> str:
+    """A C literal of ``dtype``'s compute type."""
+    c = ctype(dtype)
+    if dtype.is_bool:
+        return "true" if value else "false"
+    if dtype.is_float:
+        if value != value:
+            return f"std::numeric_limits<{c}>::quiet_NaN()"
+        if value in (float("inf"), float("-inf")):
+            sign = "-" if value < 0 else ""
+            return f"({sign}std::numeric_limits<{c}>::infinity())"
+        text = repr(float(value))
+        return f"{text}f" if c == "float" else text
+    if dtype == dt.int64:
+        return f"((int64_t){value}LL)" if value < 0 else f"{value}LL"
+    return f"(({c}){value})"
+
+
+PRELUDE = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <omp.h>
+
+static inline float ln_bf16_to_f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t ln_f_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+template <class T> static inline T ln_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> static inline T ln_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> static inline T ln_abs(T a) { return a < 0 ? -a : a; }
+static inline float ln_abs(float a) { return std::fabs(a); }
+static inline double ln_abs(double a) { return std::fabs(a); }
+template <class T> static inline T ln_sign(T a) { return (T)((a > 0) - (a < 0)); }
+static inline float ln_sign(float a) { return a != a ? a : (float)((a > 0) - (a < 0)); }
+static inline double ln_sign(double a) { return a != a ? a : (double)((a > 0) - (a < 0)); }
+template <class T> static inline bool ln_isinf(T a) { return std::isinf(a); }
+template <class T> static inline T ln_rsqrt(T a) { return (T)1 / std::sqrt(a); }
+template <class T> static inline T ln_sigmoid(T a) { return (T)1 / ((T)1 + std::exp(-a)); }
+template <class T> static inline T ln_floordiv(T a, T b) {
+  if (b == 0) return 0;
+  T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q;
+}
+static inline float ln_floordiv(float a, float b) {
+  if (b == 0) return a / b;
+  float m = std::fmod(a, b); float d = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+  float f = std::floor(d); if (d - f > 0.5f) f += 1; return d == 0 ? std::copysign(0.0f, a / b) : f;
+}
+static inline double ln_floordiv(double a, double b) {
+  if (b == 0) return a / b;
+  double m = std::fmod(a, b); double d = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+  double f = std::floor(d); if (d - f > 0.5) f += 1; return d == 0 ? std::copysign(0.0, a / b) : f;
+}
+template <class T> static inline T ln_mod(T a, T b) { if (b == 0) return 0; T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+static inline float ln_mod(float a, float b) { float r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+static inline double ln_mod(double a, double b) { double r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+template <class T> static inline T ln_fmod(T a, T b) { return b == 0 ? 0 : a % b; }
+static inline float ln_fmod(float a, float b) { return std::fmod(a, b); }
+static inline double ln_fmod(double a, double b) { return std::fmod(a, b); }
+template <class T> static inline T ln_pow(T a, T b) {
+  if (b < 0) return (a == 1) ? 1 : ((a == -1) ? ((b % 2) ? -1 : 1) : 0);
+  T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
+static inline float ln_pow(float a, float b) { return std::pow(a, b); }
+static inline double ln_pow(double a, double b) { return std::pow(a, b); }
+static inline bool ln_pow(bool a, bool b) { return a || !b; }
+template <class T> static inline T ln_erfinv(T y) {
+  if (y <= -1) return y == -1 ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
+  if (y >= 1) return y == 1 ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
+  double w = -std::log((1.0 - y) * (1.0 + y)), x;
+  if (w < 6.25) { w -= 3.125;
+    x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x*w; x = 1.2858480715256400167e-18 + x*w;
+    x = 1.115787767802518096e-17 + x*w; x = -1.333171662854620906e-16 + x*w; x = 2.0972767875968561637e-17 + x*w;
+    x = 6.6376381343583238325e-15 + x*w; x = -4.0545662729752068639e-14 + x*w; x = -8.1519341976054721522e-14 + x*w;
+    x = 2.6335093153082322977e-12 + x*w; x = -1.2975133253453532498e-11 + x*w; x = -5.4154120542946279317e-11 + x*w;
+    x = 1.051212273321532285e-09 + x*w; x = -4.1126339803469836976e-09 + x*w; x = -2.9070369957882005086e-08 + x*w;
+    x = 4.2347877827932403518e-07 + x*w; x = -1.3654692000834678645e-06 + x*w; x = -1.3882523362786468719e-05 + x*w;
+    x = 0.0001867342080340571352 + x*w; x = -0.00074070253416626697512 + x*w; x = -0.0060336708714301490533 + x*w;
+    x = 0.24015818242558961693 + x*w; x = 1.6536545626831027356 + x*w;
+  } else if (w < 16.0) { w = std::sqrt(w) - 3.25;
+    x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x*w; x = -2.7517406297064545428e-07 + x*w;
+    x = 1.8239629214389227755e-08 + x*w; x = 1.5027403968909827627e-06 + x*w; x = -4.013867526981545969e-06 + x*w;
+    x = 2.9234449089955446044e-06 + x*w; x = 1.2475304481671778723e-05 + x*w; x = -4.7318229009055733981e-05 + x*w;
+    x = 6.8284851459573175448e-05 + x*w; x = 2.4031110387097893999e-05 + x*w; x = -0.0003550375203628474796 + x*w;
+    x = 0.00095328937973738049703 + x*w; x = -0.0016882755560235047313 + x*w; x = 0.0024914420961078508066 + x*w;
+    x = -0.0037512085075692412107 + x*w; x = 0.005370914553590063617 + x*w; x = 1.0052589676941592334 + x*w;
+    x = 3.0838856104922207635 + x*w;
+  } else { w = std::sqrt(w) - 5.0;
+    x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x*w; x = 1.5076572693500548083e-09 + x*w;
+    x = -3.7894654401267369937e-09 + x*w; x = 7.6157012080783393804e-09 + x*w; x = -1.4960026627149240478e-08 + x*w;
+    x = 2.9147953450901080826e-08 + x*w; x = -6.7711997758452339498e-08 + x*w; x = 2.2900482228026654717e-07 + x*w;
+    x = -9.9298272942317002539e-07 + x*w; x = 4.5260625972231537039e-06 + x*w; x = -1.9681778105531670567e-05 + x*w;
+    x = 7.5995277030017761139e-05 + x*w; x = -0.00021503011930044477347 + x*w; x = -0.00013871931833623122026 + x*w;
+    x = 1.0103004648645343977 + x*w; x = 4.8499064014085844221 + x*w;
+  }
+  return (T)(x * y);
+}
+"""

@@ -1,0 +1,105 @@
+"""``ln.compile``: DSL outputs -> a callable on torch tensors, specialized per stride pattern."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..ir.index import Index, contiguous_strides
+from ..ir.nodes import Layout
+from ..pipeline import compile_graph
+from ..runtime.compiled import CompiledGraph, InputError
+from .build import GraphBuilder
+from .tensor import PlaceholderSrc, Tensor, placeholders_in_creation_order
+
+
+class CompiledFunction:
+    """The callable ``ln.compile`` returns. A new input stride pattern compiles once more."""
+
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], backend: str, single: bool,
+                 name: str):
+        self.outputs = list(outputs)
+        self.inputs = list(inputs)
+        self.backend = backend
+        self.single = single
+        self.name = name
+        self.specializations: dict[tuple, CompiledGraph] = {}
+
+    def __call__(self, *args):
+        if len(args) != len(self.inputs):
+            names = ", ".join(t.src.name for t in self.inputs)
+            raise InputError(f"{self.name} takes {len(self.inputs)} tensors ({names}), got {len(args)}")
+        key = tuple(_stride_key(t, a) for t, a in zip(self.inputs, args))
+        compiled = self.specializations.get(key)
+        if compiled is None:
+            compiled = self.compile_for(args)
+            self.specializations[key] = compiled
+        out = compiled(*args)
+        return out[0] if self.single else out
+
+    def compile_for(self, args) -> CompiledGraph:
+        """Compile for the layouts of ``args``."""
+        layouts = {t.src.name: _layout(t, a) for t, a in zip(self.inputs, args)}
+        graph = GraphBuilder(layouts).build(self.inputs, self.outputs)
+        return compile_graph(graph, self.backend, self.name)
+
+    def graph(self, *args):
+        """The IR graph for example ``args`` (for inspection)."""
+        layouts = {t.src.name: _layout(t, a) for t, a in zip(self.inputs, args)}
+        return GraphBuilder(layouts).build(self.inputs, self.outputs)
+
+
+def _check_arg(t: Tensor, a) -> None:
+    name = t.src.name
+    if not isinstance(a, torch.Tensor):
+        raise InputError(f"argument {name!r} must be a torch.Tensor, got {type(a).__name__}")
+    if a.dim() != t.ndim:
+        raise InputError(f"argument {name!r} must have rank {t.ndim}, got shape {tuple(a.shape)}")
+    if a.dtype != t.dtype.torch:
+        raise InputError(f"argument {name!r} must have dtype {t.dtype.torch}, got {a.dtype}")
+
+
+def _stride_key(t: Tensor, a) -> tuple:
+    _check_arg(t, a)
+    if a.is_contiguous():
+        return ("contiguous",)
+    return tuple(a.stride()) + tuple(a.shape) + (a.storage_offset(),)
+
+
+def _layout(t: Tensor, a: torch.Tensor) -> Layout:
+    """Contiguous inputs keep symbolic strides; others are specialized to their exact strides."""
+    if a.is_contiguous():
+        return Layout(t.shape, contiguous_strides(t.shape))
+    _check_overlap(t.src.name, a)
+    return Layout(t.shape, tuple(Index.of(s) for s in a.stride()), Index.of(a.storage_offset()))
+
+
+def _check_overlap(name: str, a: torch.Tensor) -> None:
+    dims = sorted((s, n) for s, n in zip(a.stride(), a.shape) if n > 1 and s != 0)
+    extent = 1
+    for s, n in dims:
+        if s < 0:
+            raise InputError(f"argument {name!r} has a negative stride {a.stride()}; pass x.contiguous()")
+        if s < extent:
+            raise InputError(f"argument {name!r} has overlapping strides {a.stride()} for shape "
+                             f"{tuple(a.shape)}; pass x.contiguous()")
+        extent = s * n
+
+
+def compile(outputs, inputs: Sequence[Tensor] | None = None, backend: str = "cpp", name: str = "dsl"):  # noqa: A001
+    """Compile DSL ``outputs`` (one tensor, or a list/tuple) into a callable on torch tensors.
+
+    ``inputs`` defaults to the placeholders the outputs use, in creation order; the callable takes
+    tensors positionally in that order and returns one tensor or a tuple, like ``outputs``.
+    """
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"ln.compile outputs must be DSL tensors, got {type(o).__name__}")
+    if inputs is None:
+        inputs = placeholders_in_creation_order(outs)
+    for t in inputs:
+        if not isinstance(t, Tensor) or not isinstance(t.src, PlaceholderSrc):
+            raise TypeError(f"ln.compile inputs must be placeholders, got {t!r}")
+    return CompiledFunction(outs, list(inputs), backend, single, name)

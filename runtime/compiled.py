@@ -1,0 +1,133 @@
+"""A compiled graph as a callable: checks inputs, allocates buffers, runs kernels and externs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..ir.index import Index, Sym, evaluate
+from ..ir.nodes import Buffer, BufferRef, Extern, Layout
+from ..scheduler import Schedule
+from ..scheduler.kernel import Kernel
+
+
+class InputError(TypeError):
+    """A compiled graph was called with arguments that do not fit its inputs."""
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """Symbol ``name`` is dimension ``dim`` of input ``arg``."""
+
+    name: str
+    arg: int
+    dim: int
+
+
+class CompiledGraph:
+    """Runs a schedule with the launchers a backend built for its kernels."""
+
+    def __init__(self, schedule: Schedule, launchers: dict, device: str = "cpu", name: str = "graph"):
+        self.schedule = schedule
+        self.graph = schedule.graph
+        self.launchers = launchers
+        self.device = device
+        self.name = name
+        self.inputs: list[Buffer] = [self.graph.buffers[n] for n in self.graph.inputs]
+        self.bindings = _bindings(self.inputs)
+        self.allocations = [self.graph.buffers[n] for n in self._allocated()]
+        self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
+
+    def _allocated(self) -> list[str]:
+        outs = [o.buffer for o in self.graph.outputs]
+        return list(dict.fromkeys(outs + list(self.schedule.intermediates)))
+
+    def __call__(self, *args: torch.Tensor):
+        env = self.check_inputs(args)
+        buffers = {b.name: t for b, t in zip(self.inputs, args)}
+        for b in self.allocations:
+            if b.name not in buffers:
+                buffers[b.name] = _allocate(b, env, self.device)
+        for step, launch in self.steps:
+            if launch is not None:
+                launch(buffers, env)
+            else:
+                _run_extern(step, buffers)
+        return tuple(_view(buffers[o.buffer], o.layout, env) for o in self.graph.outputs)
+
+    def check_inputs(self, args: Sequence) -> dict[str, int]:
+        """Validate argument count, types, dtypes and shapes; return symbol values."""
+        if len(args) != len(self.inputs):
+            names = ", ".join(b.name for b in self.inputs)
+            raise InputError(f"{self.name} takes {len(self.inputs)} tensors ({names}), got {len(args)}")
+        env: dict[str, int] = {}
+        for b, t in zip(self.inputs, args):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"argument {b.name!r} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != b.dtype.torch:
+                raise InputError(f"argument {b.name!r} must have dtype {b.dtype.torch}, got {t.dtype}")
+            if t.dim() != len(b.sizes):
+                raise InputError(f"argument {b.name!r} must have rank {len(b.sizes)} "
+                                 f"(shape {_shape(b.sizes)}), got shape {tuple(t.shape)}")
+            if t.device.type != self.device:
+                raise InputError(f"argument {b.name!r} is on {t.device}, the graph was compiled for "
+                                 f"{self.device}")
+        for bind in self.bindings:
+            value = args[bind.arg].shape[bind.dim]
+            if env.setdefault(bind.name, value) != value:
+                raise InputError(f"size {bind.name} is {env[bind.name]} from an earlier argument but "
+                                 f"{value} in dimension {bind.dim} of {self.inputs[bind.arg].name!r}")
+        for b, t in zip(self.inputs, args):
+            expect = tuple(evaluate(s, env) for s in b.sizes)
+            if tuple(t.shape) != expect:
+                raise InputError(f"argument {b.name!r} must have shape {expect}, got {tuple(t.shape)}")
+        return env
+
+
+def _shape(sizes) -> str:
+    return "(" + ", ".join(str(s) for s in sizes) + ")"
+
+
+def _bindings(inputs: list[Buffer]) -> list[_Binding]:
+    out = []
+    for k, b in enumerate(inputs):
+        for d, s in enumerate(b.sizes):
+            if len(s.terms) == 1 and s.const == 0 and s.terms[0][1] == 1 and len(s.terms[0][0]) == 1:
+                atom = s.terms[0][0][0]
+                if isinstance(atom, Sym):
+                    out.append(_Binding(atom.name, k, d))
+    return out
+
+
+def _eval(e: Index, env: dict[str, int]) -> int:
+    c = e.as_int()
+    return c if c is not None else evaluate(e, env)
+
+
+def _allocate(b: Buffer, env: dict[str, int], device: str) -> torch.Tensor:
+    sizes = [_eval(s, env) for s in b.layout.sizes]
+    strides = [_eval(s, env) for s in b.layout.strides]
+    return torch.empty_strided(sizes, strides, dtype=b.dtype.torch, device=device)
+
+
+def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
+    sizes = [_eval(s, env) for s in layout.sizes]
+    strides = [_eval(s, env) for s in layout.strides]
+    if list(t.shape) == sizes and list(t.stride()) == strides and _eval(layout.offset, env) == 0:
+        return t
+    return t.as_strided(sizes, strides, _eval(layout.offset, env))
+
+
+def _run_extern(node: Extern, buffers: dict[str, torch.Tensor]) -> None:
+    def resolve(a):
+        if isinstance(a, BufferRef):
+            return buffers[a.name]
+        if isinstance(a, (list, tuple)):
+            return type(a)(resolve(x) for x in a)
+        return a
+
+    result = node.fn(*resolve(list(node.args)), **{k: resolve(v) for k, v in node.kwargs.items()})
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for name, value in zip(node.outs, results):
+        buffers[name] = value
