@@ -5,11 +5,12 @@ from typing import Sequence
 
 from ..ir import dtypes as dt
 from ..ir.expr import Apply, Const, Expr, IndexValue, Load
-from ..ir.index import Index, Indirect
-from ..ir.nodes import (Buffer, BufferKind, Graph, Layout, OutputView, Pointwise, Reduction, domain_vars,
-                        interleave)
+from ..ir.index import Index, Indirect, Sym, Var
+from ..ir.nodes import (Buffer, BufferKind, BufferRef, Extern, Graph, Layout, OutputView, Pointwise,
+                        Reduction, domain_vars, interleave)
 from ..ir.ops import Op
-from .tensor import GatherSrc, PlaceholderSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc, iter_tensors
+from .tensor import (ExternSrc, GatherSrc, PlaceholderSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc,
+                     iter_tensors)
 
 
 class GraphBuilder:
@@ -20,6 +21,7 @@ class GraphBuilder:
         self.input_layouts = input_layouts
         self.buffer_of: dict[int, str] = {}   # tensor id -> buffer name
         self.reductions: dict[int, Reduction] = {}
+        self.externs: dict[int, Extern] = {}
         self.counter = 0
 
     def build(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> Graph:
@@ -34,6 +36,8 @@ class GraphBuilder:
                 self._pointwise(t)
             elif isinstance(t.src, ReductionSrc):
                 self._reduction(t)
+            elif isinstance(t.src, ExternSrc):
+                self._extern(t)
         for t in outputs:
             self.graph.outputs.append(self._output(t))
         return self.graph
@@ -84,6 +88,52 @@ class GraphBuilder:
             self.reductions[src.node_id] = node
         self.buffer_of[t.id] = node.outs[src.output]
 
+    def _extern(self, t: Tensor) -> None:
+        call = t.src.call
+        node = self.externs.get(call.node_id)
+        if node is None:
+            args = _map_tree(call.args, self._extern_arg)
+            kwargs = {k: _map_tree(v, self._extern_arg) for k, v in call.kwargs.items()}
+            outs = []
+            for shape, dtype, strides in call.outputs:
+                name = self._name("ext")
+                layout = Layout.contiguous(shape) if strides is None else Layout(
+                    tuple(shape), tuple(Index.of(x) for x in strides))
+                self.graph.add_buffer(Buffer(name, dtype, layout))
+                outs.append(name)
+            short = call.target.split(".")[1] if call.target.startswith("aten.") else call.target
+            node = Extern(f"{short}_{self.counter}", tuple(outs), call.target, call.fn, tuple(args), kwargs,
+                          call.reason)
+            self.graph.nodes.append(node)
+            self.externs[call.node_id] = node
+        self.buffer_of[t.id] = node.outs[t.src.output]
+
+    def _extern_arg(self, a):
+        if not isinstance(a, Tensor):
+            return a
+        name, layout = self.realize(a)
+        base = self.graph.buffers[name].layout
+        return BufferRef(name, None if layout == base else layout)
+
+    def realize(self, t: Tensor, allow_input: bool = True) -> tuple[str, Layout]:
+        """A buffer holding ``t`` and the layout to view it with (strided views need no copy)."""
+        root, index = t, domain_vars(t.shape, "i")
+        while isinstance(root.src, ViewSrc):
+            index = root.src.remap(index)
+            root = root.src.base
+        name = self.buffer_of.get(root.id)
+        if name is not None and (allow_input or self.graph.buffers[name].kind is not BufferKind.INPUT):
+            base = self.graph.buffers[name].layout
+            if t is root:
+                return name, base
+            layout = strided_layout(t.shape, domain_vars(t.shape, "i"), base.flat_index(index))
+            if layout is not None:
+                return name, layout
+        idx = domain_vars(t.shape, "i")
+        name = self._new_buffer("copy", t)
+        self.graph.nodes.append(Pointwise(f"copy_{self.counter}", name, t.shape, self.load(t, idx)))
+        return name, self.graph.buffers[name].layout
+
     def load(self, t: Tensor, index: tuple[Index, ...]) -> Expr:
         """The scalar expression reading DSL tensor ``t`` at ``index``."""
         src = t.src
@@ -99,16 +149,10 @@ class GraphBuilder:
         return Load(self.buffer_of[t.id], index, t.dtype)
 
     def _output(self, t: Tensor) -> OutputView:
-        name = self.buffer_of.get(t.id)
-        buf = self.graph.buffers.get(name) if name else None
-        if buf is None or buf.kind is BufferKind.INPUT:
-            # views and placeholders are copied: outputs never alias inputs or other buffers
-            idx = domain_vars(t.shape, "i")
-            name = self._new_buffer("out", t)
-            self.graph.nodes.append(Pointwise(f"copy_{self.counter}", name, t.shape, self.load(t, idx)))
-            buf = self.graph.buffers[name]
-        buf.kind = BufferKind.OUTPUT
-        return OutputView(name, buf.layout)
+        """Outputs never alias inputs; strided views of computed buffers are returned as views."""
+        name, layout = self.realize(t, allow_input=False)
+        self.graph.buffers[name].kind = BufferKind.OUTPUT
+        return OutputView(name, layout)
 
 
 def _scalar(value, position: int, t: Tensor, src: PointwiseSrc) -> Expr:
@@ -119,3 +163,32 @@ def _scalar(value, position: int, t: Tensor, src: PointwiseSrc) -> Expr:
         return Const(value, dt.bool_ if position == 0 else t.dtype)
     tensors = [a for a in src.args if isinstance(a, Tensor)]
     return Const(value, tensors[0].dtype if tensors else t.dtype)
+
+
+def strided_layout(shape, variables, flat: Index) -> Layout | None:
+    """The layout whose offsets are ``flat`` over ``variables``, if ``flat`` is linear in them."""
+    strides = {v: Index.of(0) for v in variables}
+    offset = Index.of(0)
+    for m, c in flat.terms:
+        vs = [a for a in m if isinstance(a, Var)]
+        if any(not isinstance(a, (Var, Sym)) for a in m) or len(vs) > 1:
+            return None
+        term = Index((((tuple(a for a in m if isinstance(a, Sym))), c),)) if len(m) > len(vs) else Index.of(c)
+        if vs:
+            key = Index.of(vs[0])
+            if key not in strides:
+                return None
+            strides[key] = strides[key] + term
+        else:
+            offset = offset + term
+    offset = offset + flat.const
+    return Layout(tuple(shape), tuple(strides[v] for v in variables), offset)
+
+
+def _map_tree(tree, fn):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tree(x, fn) for x in tree)
+    if isinstance(tree, dict):
+        return {k: _map_tree(v, fn) for k, v in tree.items()}
+    return fn(tree)
+

@@ -82,6 +82,32 @@ class PlaceholderSrc:
     name: str
 
 
+@dataclass(eq=False)
+class ExternCall:
+    """One call of ``fn`` (e.g. an ATen op) on realized tensors; shared by its outputs.
+
+    ``args``/``kwargs`` may nest lists and tuples holding DSL tensors and constants;
+    ``outputs`` holds (shape, dtype, strides or None for contiguous) of each result, as found by
+    running ``fn`` on meta tensors.
+    """
+
+    target: str
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    outputs: tuple
+    reason: str
+    node_id: int
+
+
+@dataclass(eq=False)
+class ExternSrc:
+    """Output ``output`` of an extern call."""
+
+    call: ExternCall
+    output: int
+
+
 class Tensor:
     """A lazy DSL value. Use the ``ln.*`` functions and Python operators to build expressions."""
 
@@ -159,7 +185,30 @@ def dependencies(t: Tensor) -> list[Tensor]:
         return [s.base]
     if isinstance(s, GatherSrc):
         return [s.base, s.index]
+    if isinstance(s, ExternSrc):
+        return [a for a in flatten_args((s.call.args, s.call.kwargs)) if isinstance(a, Tensor)]
     return []
+
+
+def flatten_args(tree) -> list:
+    """The leaves of nested lists/tuples/dicts."""
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in flatten_args(v)]
+    if isinstance(tree, (list, tuple)):
+        return [x for v in tree for x in flatten_args(v)]
+    return [tree]
+
+
+def extern(target: str, fn: Callable, args: tuple, kwargs: dict, outputs: Sequence[tuple],
+           reason: str = "") -> tuple["Tensor", ...]:
+    """Call ``fn(*args, **kwargs)`` at run time on realized tensors, between loopnest kernels.
+
+    ``outputs`` gives (shape, dtype, strides) of each result; strides None means contiguous.
+    """
+    specs = tuple((tuple(to_size(s) for s in shape), dt.to_dtype(dtype), strides)
+                  for shape, dtype, strides in outputs)
+    call = ExternCall(target, fn, tuple(args), dict(kwargs), specs, reason, next(_counter))
+    return tuple(Tensor(shape, dtype, ExternSrc(call, k)) for k, (shape, dtype, _) in enumerate(specs))
 
 
 def normalize_axis(axis: int, ndim: int, what: str) -> int:

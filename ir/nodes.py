@@ -190,9 +190,10 @@ class Extern:
 
 @dataclass(frozen=True)
 class BufferRef:
-    """A reference to a buffer inside an Extern's arguments."""
+    """A buffer inside an Extern's arguments, optionally seen through a strided ``layout``."""
 
     name: str
+    layout: "Layout | None" = None
 
 
 Node = Pointwise | Reduction | Extern

@@ -38,6 +38,7 @@ class CompiledGraph:
         self.bindings = _bindings(self.inputs)
         self.allocations = [self.graph.buffers[n] for n in self._allocated()]
         self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
+        self.extern_outputs = {o for s in schedule.externs for o in s.outs}
 
     def _allocated(self) -> list[str]:
         outs = [o.buffer for o in self.graph.outputs]
@@ -47,13 +48,13 @@ class CompiledGraph:
         env = self.check_inputs(args)
         buffers = {b.name: t for b, t in zip(self.inputs, args)}
         for b in self.allocations:
-            if b.name not in buffers:
+            if b.name not in buffers and b.name not in self.extern_outputs:
                 buffers[b.name] = _allocate(b, env, self.device)
         for step, launch in self.steps:
             if launch is not None:
                 launch(buffers, env)
             else:
-                _run_extern(step, buffers)
+                _run_extern(step, buffers, self.graph.buffers, env)
         return tuple(_view(buffers[o.buffer], o.layout, env) for o in self.graph.outputs)
 
     def check_inputs(self, args: Sequence) -> dict[str, int]:
@@ -119,10 +120,12 @@ def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
     return t.as_strided(sizes, strides, _eval(layout.offset, env))
 
 
-def _run_extern(node: Extern, buffers: dict[str, torch.Tensor]) -> None:
+def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],
+                env: dict[str, int]) -> None:
     def resolve(a):
         if isinstance(a, BufferRef):
-            return buffers[a.name]
+            t = buffers[a.name]
+            return t if a.layout is None else _view(t, a.layout, env)
         if isinstance(a, (list, tuple)):
             return type(a)(resolve(x) for x in a)
         return a
@@ -130,4 +133,17 @@ def _run_extern(node: Extern, buffers: dict[str, torch.Tensor]) -> None:
     result = node.fn(*resolve(list(node.args)), **{k: resolve(v) for k, v in node.kwargs.items()})
     results = result if isinstance(result, (tuple, list)) else (result,)
     for name, value in zip(node.outs, results):
-        buffers[name] = value
+        buffers[name] = _conform(value, decls[name], env)
+
+
+def _conform(t: torch.Tensor, decl: Buffer, env: dict[str, int]) -> torch.Tensor:
+    """The extern's result in the layout the kernels were generated for (a copy if it differs)."""
+    strides = [_eval(s, env) for s in decl.layout.strides]
+    sizes = [_eval(s, env) for s in decl.layout.sizes]
+    if list(t.shape) != sizes:
+        raise RuntimeError(f"extern produced shape {tuple(t.shape)} for {decl.name}, expected {tuple(sizes)}")
+    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, sizes)):
+        return t
+    out = torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
