@@ -18,3 +18,9 @@ def cache_dir() -> Path:
 def debug_enabled() -> bool:
     """``LOOPNEST_DEBUG=1`` writes IR and generated source of each compiled graph to disk."""
     return os.environ.get("LOOPNEST_DEBUG", "") not in ("", "0")
+
+
+def poison_outputs() -> bool:
+    """``LOOPNEST_POISON=1`` fills every buffer loopnest allocates with NaN (or a sentinel) first,
+    so elements a kernel fails to write show up in tests."""
+    return os.environ.get("LOOPNEST_POISON", "") not in ("", "0")

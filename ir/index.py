@@ -292,7 +292,7 @@ def _atom_upper(a: Atom) -> Index | None:
             return None
         return floordiv(hi, a.den)
     if isinstance(a, Sym):
-        return None
+        return Index.of(a)  # a symbol bounds itself: bounds stay symbolic polynomials
     return None
 
 

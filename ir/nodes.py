@@ -111,6 +111,9 @@ class Pointwise:
     domain: tuple[Index, ...]
     body: Expr
 
+    def __post_init__(self):
+        self.domain = tuple(Index.of(s) for s in self.domain)
+
     @property
     def outputs(self) -> tuple[str, ...]:
         return (self.out,)
@@ -138,6 +141,8 @@ class Reduction:
     axes: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        self.domain = tuple(Index.of(s) for s in self.domain)
+        self.rdomain = tuple(Index.of(s) for s in self.rdomain)
         if self.axes is None:
             n = len(self.domain)
             self.axes = tuple(range(n, n + len(self.rdomain)))

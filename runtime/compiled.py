@@ -6,7 +6,9 @@ from typing import Sequence
 
 import torch
 
+from .. import settings
 from ..ir.index import Index, Sym, evaluate
+from ..ir.dtypes import Kind
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
@@ -39,6 +41,7 @@ class CompiledGraph:
         self.allocations = [self.graph.buffers[n] for n in self._allocated()]
         self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
         self.extern_outputs = {o for s in schedule.externs for o in s.outs}
+        self.poison = settings.poison_outputs()
 
     def _allocated(self) -> list[str]:
         outs = [o.buffer for o in self.graph.outputs]
@@ -49,7 +52,7 @@ class CompiledGraph:
         buffers = {b.name: t for b, t in zip(self.inputs, args)}
         for b in self.allocations:
             if b.name not in buffers and b.name not in self.extern_outputs:
-                buffers[b.name] = _allocate(b, env, self.device)
+                buffers[b.name] = _allocate(b, env, self.device, self.poison)
         for step, launch in self.steps:
             if launch is not None:
                 launch(buffers, env)
@@ -106,10 +109,16 @@ def _eval(e: Index, env: dict[str, int]) -> int:
     return c if c is not None else evaluate(e, env)
 
 
-def _allocate(b: Buffer, env: dict[str, int], device: str) -> torch.Tensor:
+def _allocate(b: Buffer, env: dict[str, int], device: str, poison: bool) -> torch.Tensor:
     sizes = [_eval(s, env) for s in b.layout.sizes]
     strides = [_eval(s, env) for s in b.layout.strides]
-    return torch.empty_strided(sizes, strides, dtype=b.dtype.torch, device=device)
+    t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch, device=device)
+    if poison:
+        t.fill_(_POISON.get(b.dtype.kind, 0) if not b.dtype.is_float else float("nan"))
+    return t
+
+
+_POISON = {Kind.INT: -77, Kind.UINT: 77, Kind.BOOL: True}
 
 
 def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:

@@ -1,7 +1,11 @@
-"""Shared pytest fixtures: an isolated code cache per test session."""
+"""Shared pytest setup: an isolated code cache and NaN-poisoned buffers for the whole session."""
 import os
 
 import pytest
+import torch
+
+# Every buffer loopnest allocates starts as NaN (or a sentinel), so unwritten elements show.
+os.environ.setdefault("LOOPNEST_POISON", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -10,3 +14,22 @@ def _isolated_cache(tmp_path_factory):
     if "LOOPNEST_CACHE_DIR" not in os.environ:
         os.environ["LOOPNEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("ln-cache"))
     yield
+
+
+TOLERANCES = {
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float64: dict(atol=1e-10, rtol=1e-10),
+}
+
+
+def assert_close(got, want, what=""):
+    """Exact for integers/bools; dtype-fit tolerances for floats; shapes and dtypes must match."""
+    assert isinstance(got, torch.Tensor), f"{what}: got {type(got).__name__}"
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    if want.dtype.is_floating_point:
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{what}: {m}", **TOLERANCES[want.dtype])
+    else:
+        assert torch.equal(got, want), f"{what}: {got} != {want}"

@@ -101,9 +101,7 @@ def render_const(value, dtype: DType) -> str:
             return f"({sign}std::numeric_limits<{c}>::infinity())"
         text = repr(float(value))
         return f"{text}f" if c == "float" else text
-    if dtype == dt.int64:
-        return f"((int64_t){value}LL)" if value < 0 else f"{value}LL"
-    return f"(({c}){value})"
+    return f"(({c}){value}LL)" if dtype == dt.int64 else f"(({c}){value})"
 
 
 PRELUDE = r"""
