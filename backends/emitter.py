@@ -6,7 +6,8 @@ subexpression once is done here.
 """
 from __future__ import annotations
 
-from typing import Callable
+import itertools
+from typing import Callable, Iterator
 
 from ..ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load
 from ..ir.index import FloorDiv, Index, Indirect, Mod, Sym, Var
@@ -47,15 +48,15 @@ class IndexPrinter:
 class ExprEmitter:
     """Emits one statement per distinct subexpression into ``lines``; returns value names."""
 
-    def __init__(self, lines: list[str], indent: str):
+    def __init__(self, lines: list[str], indent: str, names: Iterator[int] | None = None):
         self.lines = lines
         self.indent = indent
         self.cache: dict[Expr, str] = {}
-        self.counter = 0
+        self.names = names if names is not None else itertools.count(1)
 
     def fresh(self, stem: str = "t") -> str:
-        self.counter += 1
-        return f"{stem}{self.counter}"
+        """A new variable name; emitters of one kernel share ``names`` so names never collide."""
+        return f"{stem}{next(self.names)}"
 
     def emit(self, e: Expr) -> str:
         """The name (or literal) holding the value of ``e``, emitting statements as needed."""

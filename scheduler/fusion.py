@@ -98,6 +98,8 @@ def loop_shape(n: Node) -> LoopShape:
     p = tuple(s for s, f in kept if not f)
     r = tuple(s for s, f in kept if f)
     raxes = tuple(k for k, (_, f) in enumerate(kept) if f)
+    if not r:  # only unit dims are reduced: keep one reduction loop of extent 1
+        return LoopShape(p, (Index.of(1),), (len(p),))
     return LoopShape(p, r, raxes)
 
 

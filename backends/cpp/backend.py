@@ -10,7 +10,7 @@ from ...counters import counters
 from ...scheduler.kernel import Kernel
 from . import compile as cc
 from .codegen import generate, signature
-from .ops import PRELUDE
+from .ops import PRELUDE, simd_declarations
 from .params import CppConfig
 
 
@@ -32,7 +32,7 @@ class CppBackend:
 
     def module_source(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> str:
         """The whole translation unit for a graph's kernels."""
-        return PRELUDE + "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
+        return PRELUDE + simd_declarations() + "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
 
     def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]):
         if not kernels:

@@ -6,6 +6,7 @@ buffer pointers in ``KernelSignature.buffers`` order, ``syms`` the symbolic size
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load
@@ -14,7 +15,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
 from .accumulators import Accumulator
-from .ops import RENDER, STORAGE, ctype, load_value, render_cast, render_const, store_value
+from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
 
 
@@ -42,8 +43,9 @@ def signature(kernel: Kernel) -> KernelSignature:
 class CppEmitter(ExprEmitter):
     """Renders expressions as C++ statements."""
 
-    def __init__(self, kernel: Kernel, lines: list[str], indent: str, accs: dict[str, Accumulator]):
-        super().__init__(lines, indent)
+    def __init__(self, kernel: Kernel, lines: list[str], indent: str, accs: dict[str, Accumulator],
+                 names):
+        super().__init__(lines, indent, names)
         self.kernel = kernel
         self.accs = accs
         self.indirect: dict[Indirect, str] = {}
@@ -91,8 +93,8 @@ class CppEmitter(ExprEmitter):
         return render_cast(value, src.dtype, e.dtype)
 
     def apply(self, e: Apply, args: list[str]) -> str:
-        if e.op is Op.WHERE:
-            return RENDER[e.op](*args)
+        if e.op in LIBM:
+            return render_libm(e.op, e.dtype, args[0])
         if e.op in (Op.ABS, Op.NEG) and e.args[0].dtype.is_bool:
             return args[0]
         return RENDER[e.op](*args)
@@ -116,12 +118,13 @@ def generate(kernel: Kernel, config: CppConfig) -> str:
     for k, s in enumerate(sig.symbols):
         lines.append(f"  const int64_t {s} = syms[{k}];")
     threads = f" num_threads({config.threads})" if config.threads else ""
+    names = itertools.count(1)  # one counter per kernel: deterministic, collision-free names
     if not kernel.reductions:
-        _pointwise(kernel, lines, threads)
+        _pointwise(kernel, lines, threads, names)
     elif kernel.pdomain:
-        _rows(kernel, lines, threads)
+        _rows(kernel, lines, threads, names)
     else:
-        _full_reduction(kernel, lines, threads)
+        _full_reduction(kernel, lines, threads, names)
     lines.append("}")
     return "\n".join(lines)
 
@@ -142,7 +145,7 @@ def _close(count: int, indent: str, lines: list[str]) -> None:
         lines.append(indent[: len(indent) - 2 * (k + 1)] + "}")
 
 
-def _pointwise(kernel: Kernel, lines: list[str], threads: str) -> None:
+def _pointwise(kernel: Kernel, lines: list[str], threads: str, names) -> None:
     pv = kernel.pvars()
     indent = "  "
     if len(pv) == 0:
@@ -154,7 +157,7 @@ def _pointwise(kernel: Kernel, lines: list[str], threads: str) -> None:
         collapse = f" collapse({len(pv) - 1})" if len(pv) > 2 else ""
         lines.append(f"  #pragma omp parallel for schedule(static){collapse}{threads}")
         body_indent = _loops(pv, kernel.pdomain, indent, lines, "#pragma omp simd")
-    em = CppEmitter(kernel, lines, body_indent, {})
+    em = CppEmitter(kernel, lines, body_indent, {}, names)
     for s in kernel.elem_stores:
         em.store(s.buffer, s.index, s.value)
     _close(len(pv), body_indent, lines)
@@ -172,7 +175,7 @@ def _flat_r(kernel: Kernel) -> str:
 
 
 def _phase_loop(kernel: Kernel, phase: int, accs: dict[str, Accumulator], lines: list[str],
-                indent: str, rvars_range: tuple | None = None) -> None:
+                indent: str, names, rvars_range: tuple | None = None) -> None:
     """One pass over the reduced dims: update this phase's accumulators, do its stores."""
     mine = [accs[r.name] for r in kernel.reductions if r.level == phase]
     stores = [s for s in kernel.elem_stores if s.phase == phase]
@@ -192,7 +195,7 @@ def _phase_loop(kernel: Kernel, phase: int, accs: dict[str, Accumulator], lines:
     else:
         inner_indent = _loops(rv, sizes, indent, lines, pragma)
         depth = len(rv)
-    em = CppEmitter(kernel, lines, inner_indent, accs)
+    em = CppEmitter(kernel, lines, inner_indent, accs, names)
     flat = _flat_r(kernel)
     for a in mine:
         value = em.emit(a.r.body)
@@ -203,7 +206,7 @@ def _phase_loop(kernel: Kernel, phase: int, accs: dict[str, Accumulator], lines:
     _close(depth, inner_indent, lines)
 
 
-def _rows(kernel: Kernel, lines: list[str], threads: str) -> None:
+def _rows(kernel: Kernel, lines: list[str], threads: str, names) -> None:
     pv = kernel.pvars()
     collapse = f" collapse({len(pv)})" if len(pv) > 1 else ""
     lines.append(f"  #pragma omp parallel for schedule(static){collapse}{threads}")
@@ -213,17 +216,17 @@ def _rows(kernel: Kernel, lines: list[str], threads: str) -> None:
         for a in accs.values():
             if a.r.level == phase:
                 lines.extend(indent + x for x in a.init())
-        _phase_loop(kernel, phase, accs, lines, indent)
+        _phase_loop(kernel, phase, accs, lines, indent, names)
         for a in accs.values():
             if a.r.level == phase:
                 lines.extend(indent + x for x in a.finish())
-    em = CppEmitter(kernel, lines, indent, accs)
+    em = CppEmitter(kernel, lines, indent, accs, names)
     for s in kernel.row_stores:
         em.store(s.buffer, s.index, s.value)
     _close(len(pv), indent, lines)
 
 
-def _full_reduction(kernel: Kernel, lines: list[str], threads: str) -> None:
+def _full_reduction(kernel: Kernel, lines: list[str], threads: str, names) -> None:
     """No rows: each phase splits the outermost reduced dim across threads, then combines."""
     accs = _accumulators(kernel)
     n0 = kernel.rdomain[0]
@@ -239,7 +242,7 @@ def _full_reduction(kernel: Kernel, lines: list[str], threads: str) -> None:
         for a in local.values():
             lines.extend("    " + x for x in a.init())
         view = {**accs, **local}
-        _phase_loop(kernel, phase, view, lines, "    ", ("lo_", "hi_"))
+        _phase_loop(kernel, phase, view, lines, "    ", names, ("lo_", "hi_"))
         lines.append("    #pragma omp critical")
         lines.append("    {")
         for name, a in local.items():
@@ -248,7 +251,7 @@ def _full_reduction(kernel: Kernel, lines: list[str], threads: str) -> None:
         lines.append("  }")
         for a in mine:
             lines.extend("  " + x for x in a.finish())
-    em = CppEmitter(kernel, lines, "  ", accs)
+    em = CppEmitter(kernel, lines, "  ", accs, names)
     for s in kernel.row_stores:
         em.store(s.buffer, s.index, s.value)
 

@@ -11,9 +11,12 @@ from pathlib import Path
 
 from ... import settings
 from ...counters import counters
+from .ops import has_libmvec
 
 CXX = os.environ.get("CXX", "g++")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-finite-math-only")
+# -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no -ffast-math).
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno") + (
+    ("-lmvec",) if has_libmvec() else ())
 
 
 class CompileError(RuntimeError):

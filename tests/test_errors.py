@@ -1,0 +1,68 @@
+"""Bad input raises errors that say what was wrong."""
+import pytest
+import torch
+
+import loopnest as ln
+
+
+def test_shape_mismatch_in_broadcast():
+    x, y = ln.placeholder("x", (3, 4), ln.float32), ln.placeholder("y", (5,), ln.float32)
+    with pytest.raises(ValueError, match=r"add: shapes \(3, 4\) and \(5\) do not broadcast"):
+        x + y
+
+
+def test_unsupported_dtype():
+    with pytest.raises(TypeError, match="unsupported dtype torch.complex64"):
+        ln.placeholder("x", (3,), torch.complex64)
+
+
+def test_out_of_range_axis():
+    x = ln.placeholder("x", (3, 4), ln.float32)
+    with pytest.raises(IndexError, match="sum: axis 2 is out of range for a tensor of rank 2"):
+        ln.sum(x, 2)
+    with pytest.raises(IndexError, match="permute"):
+        ln.permute(x, (0, 5))
+
+
+def test_bad_reshape_and_index():
+    x = ln.placeholder("x", (3, 4), ln.float32)
+    with pytest.raises(ValueError, match=r"reshape: shape \(5, 2\) has 10 elements, \(3, 4\) has 12"):
+        ln.reshape(x, (5, 2))
+    with pytest.raises(IndexError, match="index 3 is out of range for dimension 0 of size 3"):
+        x[3]
+
+
+def test_call_time_errors():
+    x = ln.placeholder("x", ("N", 4), ln.float32)
+    y = ln.placeholder("y", ("N",), ln.float32)
+    f = ln.compile(x * y[:, None])
+    with pytest.raises(ln.InputError, match=r"takes 2 tensors \(x, y\), got 1"):
+        f(torch.randn(2, 4))
+    with pytest.raises(ln.InputError, match="argument 'x' must have dtype torch.float32, got torch.float64"):
+        f(torch.randn(2, 4, dtype=torch.float64), torch.randn(2))
+    with pytest.raises(ln.InputError, match=r"argument 'x' must have rank 2"):
+        f(torch.randn(8), torch.randn(2))
+    with pytest.raises(ln.InputError, match=r"size N is 2 from an earlier argument but 3"):
+        f(torch.randn(2, 4), torch.randn(3))
+    with pytest.raises(ln.InputError, match=r"argument 'x' must have shape \(2, 4\), got \(2, 5\)"):
+        f(torch.randn(2, 5), torch.randn(2))
+    with pytest.raises(ln.InputError, match="must be a torch.Tensor, got list"):
+        f([1, 2], torch.randn(2))
+
+
+def test_overlapping_strides_are_rejected():
+    x = ln.placeholder("x", (3, 4), ln.float32)
+    f = ln.compile(x + 1)
+    overlapping = torch.randn(20).as_strided((3, 4), (2, 1))
+    with pytest.raises(ln.InputError, match=r"overlapping strides \(2, 1\).*contiguous"):
+        f(overlapping)
+
+
+def test_type_errors_name_the_op():
+    x = ln.placeholder("x", (3,), ln.float32)
+    with pytest.raises(TypeError, match="bitand is defined on integer and bool tensors, got float32"):
+        x & x
+    with pytest.raises(TypeError, match="mean: input dtype must be floating point"):
+        ln.mean(ln.placeholder("i", (3,), ln.int32))
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(x > 0)
