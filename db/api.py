@@ -1,0 +1,411 @@
+"""The tuning database's public API: the only module the rest of loopnest imports.
+
+``TuningDB`` stores kernels, measured trials and one winner per tuning key, in SQLite (default,
+under the user cache dir) or PostgreSQL (shared between machines; Optuna's storage may live in
+the same database). The schema is migrated on open. Configs are JSON data, validated by the
+backend before use; the database never holds code.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import platformdirs
+from sqlalchemy import ColumnElement, Select, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from loopnest.db.engine import (
+    UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
+)
+from loopnest.db.jsonl import ConfigValidator, ImportRowError, parse_lines
+from loopnest.db.models import Hardware, Kernel, Trial, TrialState, Winner, utcnow
+from loopnest.db.records import (
+    HardwareInfo, HardwareKind, LookupKind, LookupResult, TrialRecord, TuningKey, WinnerRecord,
+    json_object, positive_float,
+)
+from loopnest.db.schema import SchemaError, migrate
+
+__all__ = [
+    "ConfigValidator", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
+    "LookupResult", "SchemaError", "TrialRecord", "TrialState", "TuningDB", "TuningKey",
+    "UnknownKernelError", "UnsupportedDatabase", "WinnerRecord", "default_db_url",
+]
+
+_WINNER_KEY = ("kernel_id", "hardware_id", "sizes_key", "dtypes_key")
+
+
+class UnknownKernelError(LookupError):
+    """A trial or winner names a kernel that was never registered with ``register_kernel``."""
+
+
+def default_db_url() -> str:
+    """``$LOOPNEST_DB`` if set, else a SQLite file ``tuning.db`` in the user cache dir."""
+    env = os.environ.get("LOOPNEST_DB")
+    if env:
+        return env
+    return f"sqlite:///{Path(platformdirs.user_cache_dir('loopnest')) / 'tuning.db'}"
+
+
+class TuningDB:
+    """Handle on one tuning database; opening it migrates the schema to this loopnest's head."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_db_url()
+        self.engine = make_engine(self.url)
+        try:
+            self.revision = migrate(self.engine)
+        except BaseException:
+            self.engine.dispose()
+            raise
+        self._writer, self._reader = session_factory(self.engine)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def __enter__(self) -> TuningDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def session(self, write: bool = True) -> AbstractContextManager[Session]:
+        """A session that commits on success and rolls back on error."""
+        return session_scope(self._writer if write else self._reader)
+
+    # -- kernels and trials ------------------------------------------------------------------
+
+    def register_kernel(self, kernel_hash: str, backend: str, name: str, ir_text: str) -> int:
+        """Record a kernel (idempotent; fills in the IR of an imported kernel); return its id."""
+        with self.session() as s:
+            return _ensure_kernel(s, kernel_hash, backend, name, ir_text)
+
+    def record_trial(
+        self, key: TuningKey, config: dict[str, Any], state: TrialState | str,
+        message: str | None = None, quantiles: Sequence[float] | None = None,
+        verified_error: float | None = None, study: str | None = None, host: str | None = None,
+    ) -> int:
+        """Store one trial and return its id; ``quantiles`` = (p20, p50, p80) µs, needed if ok."""
+        state = TrialState(state)
+        p20, p50, p80 = _check_quantiles(state, quantiles)
+        with self.session() as s:
+            kernel_id, hardware_id = _key_ids(s, key)
+            trial = Trial(
+                kernel_id=kernel_id, hardware_id=hardware_id, sizes=list(key.sizes),
+                dtypes=list(key.dtypes), sizes_key=key.sizes_key, dtypes_key=key.dtypes_key,
+                config=json_object(config, "config"), state=state, message=message, p20_us=p20,
+                p50_us=p50, p80_us=p80, verified_error=verified_error,
+                host=host or socket.gethostname(), study=study,
+            )
+            s.add(trial)
+            s.flush()
+            return trial.id
+
+    def finish_trial(
+        self, trial_id: int, state: TrialState | str, message: str | None = None,
+        quantiles: Sequence[float] | None = None, verified_error: float | None = None,
+    ) -> None:
+        """Give a trial recorded as ``running`` its final state and timings."""
+        state = TrialState(state)
+        p20, p50, p80 = _check_quantiles(state, quantiles)
+        with self.session() as s:
+            trial = s.get(Trial, trial_id)
+            if trial is None or trial.state != TrialState.RUNNING:
+                found = "no such trial" if trial is None else f"it is {trial.state.value}"
+                raise ValueError(f"cannot finish trial {trial_id}: {found}, not running")
+            trial.state, trial.message, trial.verified_error = state, message, verified_error
+            trial.p20_us, trial.p50_us, trial.p80_us = p20, p50, p80
+
+    def trials(self, key: TuningKey | None = None, study: str | None = None,
+               state: TrialState | str | None = None) -> list[TrialRecord]:
+        """Trials, oldest first, optionally of one key, one study, one state."""
+        query = select(Trial, Kernel, Hardware).join(Kernel, Trial.kernel_id == Kernel.id)
+        query = query.join(Hardware, Trial.hardware_id == Hardware.id).order_by(Trial.id)
+        if key is not None:
+            query = query.where(*_key_filter(Trial, key))
+        if study is not None:
+            query = query.where(Trial.study == study)
+        if state is not None:
+            query = query.where(Trial.state == TrialState(state))
+        with self.session(write=False) as s:
+            return [_trial_record(t, k, h) for t, k, h in s.execute(query)]
+
+    def fail_running_trials(self, study: str | None = None, host: str | None = None) -> int:
+        """Mark trials left ``running`` (by a crashed worker) runtime_error "interrupted"."""
+        stmt = update(Trial).where(Trial.state == TrialState.RUNNING)
+        if study is not None:
+            stmt = stmt.where(Trial.study == study)
+        if host is not None:
+            stmt = stmt.where(Trial.host == host)
+        with self.session() as s:
+            result = s.execute(stmt.values(state=TrialState.RUNTIME_ERROR, message="interrupted"))
+            return result.rowcount
+
+    def gc(self, older_than_days: float) -> int:
+        """Delete finished trials older than that which no winner references; return how many."""
+        cutoff = utcnow() - timedelta(days=older_than_days)
+        kept = select(Winner.trial_id).where(Winner.trial_id.is_not(None))
+        stmt = delete(Trial).where(
+            Trial.created_at < cutoff, Trial.state != TrialState.RUNNING, Trial.id.not_in(kept)
+        )
+        with self.session() as s:
+            return s.execute(stmt, execution_options={"synchronize_session": False}).rowcount
+
+    # -- winners ---------------------------------------------------------------------------
+
+    def store_winner(
+        self, key: TuningKey, config: dict[str, Any], time_us: float,
+        default_time_us: float | None, software: dict[str, Any], trial_id: int | None = None,
+    ) -> WinnerRecord:
+        """Upsert the winner of ``key`` (one row per key; the new measurement replaces the old)."""
+        with self.session() as s:
+            kernel_id, hardware_id = _key_ids(s, key)
+            if trial_id is not None:
+                _check_winning_trial(s, trial_id, kernel_id, hardware_id, key)
+            record = WinnerRecord(
+                kernel_hash=key.kernel_hash, name=s.get_one(Kernel, kernel_id).name,
+                backend=key.backend, sizes=key.sizes, dtypes=key.dtypes, hardware=key.hardware,
+                config=json_object(config, "config"), time_us=positive_float(time_us, "time_us"),
+                default_time_us=None if default_time_us is None
+                else positive_float(default_time_us, "default_time_us"),
+                software=json_object(software, "software"), trial_id=trial_id, updated_at=utcnow(),
+            )
+            _upsert_winner(s, kernel_id, hardware_id, record)
+        return record
+
+    def lookup(self, key: TuningKey, software: dict[str, Any]) -> LookupResult:
+        """Exact winner, else the stale one (marked so), else the nearest sizes, else a miss."""
+        software = json_object(software, "software")
+        with self.session(write=False) as s:  # a hit takes no write lock
+            result, outdated = _lookup(s, key, software)
+        if outdated is not None and result.winner is not None:
+            unchanged = (Winner.id == outdated.id, Winner.updated_at == outdated.updated_at)
+            with self.session() as s:  # unless re-measured meanwhile
+                s.execute(update(Winner).where(*unchanged).values(stale=True))
+            result = replace(result, winner=replace(result.winner, stale=True))
+        return result
+
+    def winners(self, kernel_hash: str | None = None, backend: str | None = None,
+                hardware: HardwareInfo | str | None = None, name: str | None = None,
+                stale: bool | None = None) -> list[WinnerRecord]:
+        """Winners matching every given filter (``hardware``: info or fingerprint)."""
+        query = _winner_query()
+        if kernel_hash is not None:
+            query = query.where(Kernel.structural_hash == kernel_hash)
+        if backend is not None:
+            query = query.where(Kernel.backend == backend)
+        if hardware is not None:
+            fingerprint = hardware.fingerprint if isinstance(hardware, HardwareInfo) else hardware
+            query = query.where(Hardware.fingerprint == fingerprint)
+        if name is not None:
+            query = query.where(Kernel.name == name)
+        if stale is not None:
+            query = query.where(Winner.stale.is_(stale))
+        with self.session(write=False) as s:
+            return [_winner_record(w, k, h) for w, k, h in s.execute(query)]
+
+    def stale_winners(self) -> list[WinnerRecord]:
+        """Winners measured with other software than a later lookup had: re-tune candidates."""
+        return self.winners(stale=True)
+
+    def export_jsonl(self, fp: IO[str], **filters: Any) -> int:
+        """Write winners (``winners()`` filters apply) as JSON lines; return how many."""
+        records = self.winners(**filters)
+        for record in records:
+            fp.write(_dumps(record.to_json()) + "\n")
+        return len(records)
+
+    def import_jsonl(self, fp: Iterable[str], validate_config: ConfigValidator) -> int:
+        """Validate every row, then upsert all in one transaction; a bad row imports nothing."""
+        records = parse_lines(fp, validate_config)
+        with self.session() as s:
+            for record in records:
+                kernel_id = _ensure_kernel(s, record.kernel_hash, record.backend, record.name, None)
+                _upsert_winner(s, kernel_id, _ensure_hardware(s, record.hardware), record)
+        return len(records)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _ensure_kernel(
+    s: Session, kernel_hash: str, backend: str, name: str, ir_text: str | None
+) -> int:
+    """Insert the kernel unless present (filling in a missing IR text); return its id."""
+    stmt = dialect_insert(s, Kernel).values(
+        structural_hash=kernel_hash, backend=backend, name=name, ir_text=ir_text
+    )
+    ir_column = Kernel.__table__.c.ir_text
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["structural_hash", "backend"],
+        set_={"ir_text": func.coalesce(ir_column, stmt.excluded.ir_text)},
+    )
+    s.execute(stmt)
+    return s.scalars(select(Kernel.id).where(*_kernel_filter(kernel_hash, backend))).one()
+
+
+def _ensure_hardware(s: Session, hw: HardwareInfo) -> int:
+    """Insert the hardware unless its fingerprint is known; return its id."""
+    stmt = dialect_insert(s, Hardware).values(**hw.to_dict())
+    s.execute(stmt.on_conflict_do_nothing(index_elements=["fingerprint"]))
+    return s.scalars(select(Hardware.id).where(Hardware.fingerprint == hw.fingerprint)).one()
+
+
+def _kernel_filter(kernel_hash: str, backend: str) -> tuple[ColumnElement[bool], ...]:
+    return Kernel.structural_hash == kernel_hash, Kernel.backend == backend
+
+
+def _key_ids(s: Session, key: TuningKey) -> tuple[int, int]:
+    """(kernel id, hardware id) of ``key``; the kernel must be registered, hardware is added."""
+    kernel_id = s.scalar(select(Kernel.id).where(*_kernel_filter(key.kernel_hash, key.backend)))
+    if kernel_id is None:
+        raise UnknownKernelError(
+            f"kernel {key.kernel_hash!r} for backend {key.backend!r} is not registered; "
+            "call TuningDB.register_kernel first"
+        )
+    return kernel_id, _ensure_hardware(s, key.hardware)
+
+
+def _existing(s: Session, key: TuningKey) -> tuple[Kernel, Hardware] | None:
+    """The kernel and hardware rows of ``key``, or None if either is unknown (nothing added)."""
+    kernel = s.scalar(select(Kernel).where(*_kernel_filter(key.kernel_hash, key.backend)))
+    hardware = s.scalar(select(Hardware).where(Hardware.fingerprint == key.hardware.fingerprint))
+    return None if kernel is None or hardware is None else (kernel, hardware)
+
+
+def _key_filter(
+    model: type[Trial] | type[Winner], key: TuningKey,
+    kernel_id: int | None = None, hardware_id: int | None = None,
+) -> list[ColumnElement[bool]]:
+    """WHERE clauses for ``key``'s rows of ``model``: by ids, or by the joined hash/fingerprint."""
+    clauses = [model.sizes_key == key.sizes_key, model.dtypes_key == key.dtypes_key]
+    if kernel_id is None or hardware_id is None:
+        clauses += _kernel_filter(key.kernel_hash, key.backend)
+        clauses.append(Hardware.fingerprint == key.hardware.fingerprint)
+    else:
+        clauses += [model.kernel_id == kernel_id, model.hardware_id == hardware_id]
+    return clauses
+
+
+def _check_quantiles(
+    state: TrialState, quantiles: Sequence[float] | None
+) -> tuple[float | None, ...]:
+    """(p20, p50, p80) validated; None timings for a trial without measurements."""
+    if quantiles is None:
+        if state == TrialState.OK:
+            raise ValueError("an ok trial needs its (p20, p50, p80) timings")
+        return (None, None, None)
+    values = tuple(positive_float(q, "timing quantile") for q in quantiles)
+    if len(values) != 3 or not values[0] <= values[1] <= values[2]:
+        raise ValueError(f"quantiles must be ascending (p20, p50, p80), got {tuple(quantiles)!r}")
+    return values
+
+
+def _check_winning_trial(
+    s: Session, trial_id: int, kernel_id: int, hardware_id: int, key: TuningKey
+) -> None:
+    """Only an ok trial of the same key may back a winner."""
+    trial = s.get(Trial, trial_id)
+    if trial is None:
+        raise ValueError(f"trial {trial_id} does not exist")
+    if trial.state != TrialState.OK:
+        raise ValueError(f"trial {trial_id} is {trial.state.value}; only an ok trial can win")
+    same = (trial.kernel_id, trial.hardware_id, trial.sizes_key, trial.dtypes_key)
+    if same != (kernel_id, hardware_id, key.sizes_key, key.dtypes_key):
+        raise ValueError(f"trial {trial_id} was measured for another tuning key")
+
+
+def _upsert_winner(s: Session, kernel_id: int, hardware_id: int, record: WinnerRecord) -> None:
+    """Insert or replace the one winner row of ``record``'s key."""
+    key = record.key
+    values = {
+        "kernel_id": kernel_id, "hardware_id": hardware_id, "sizes_key": key.sizes_key,
+        "dtypes_key": key.dtypes_key, "rank": len(key.sizes), "sizes": list(key.sizes),
+        "dtypes": list(key.dtypes), "config": record.config, "time_us": record.time_us,
+        "default_time_us": record.default_time_us, "speedup": record.speedup,
+        "software": record.software, "stale": record.stale, "trial_id": record.trial_id,
+        "updated_at": record.updated_at or utcnow(),
+    }
+    stmt = dialect_insert(s, Winner).values(**values)
+    changes = {c: stmt.excluded[c] for c in values if c not in _WINNER_KEY}
+    s.execute(stmt.on_conflict_do_update(index_elements=list(_WINNER_KEY), set_=changes))
+
+
+def _lookup(
+    s: Session, key: TuningKey, software: dict[str, Any]
+) -> tuple[LookupResult, Winner | None]:
+    """The lookup answer, and the winner row to mark stale (if it is not marked yet)."""
+    found = _existing(s, key)
+    if found is None:
+        return LookupResult(LookupKind.MISS), None
+    kernel, hardware = found
+    row = s.scalar(select(Winner).where(*_key_filter(Winner, key, kernel.id, hardware.id)))
+    if row is None:
+        return _nearest(s, key, kernel, hardware), None
+    if row.software == software:
+        return LookupResult(LookupKind.EXACT, _winner_record(row, kernel, hardware)), None
+    stale = LookupResult(LookupKind.STALE, _winner_record(row, kernel, hardware))
+    return stale, None if row.stale else row
+
+
+def _log_distance(a: Sequence[int], b: Sequence[int]) -> float:
+    """Euclidean distance between two size tuples in log space (sizes clamped to >= 1)."""
+    return math.sqrt(sum((math.log(max(x, 1)) - math.log(max(y, 1))) ** 2 for x, y in zip(a, b)))
+
+
+def _nearest(s: Session, key: TuningKey, kernel: Kernel, hardware: Hardware) -> LookupResult:
+    """The winner of the same kernel/hardware/dtypes/rank at the nearest other sizes."""
+    rows = s.scalars(select(Winner).where(
+        Winner.kernel_id == kernel.id, Winner.hardware_id == hardware.id,
+        Winner.dtypes_key == key.dtypes_key, Winner.rank == len(key.sizes),
+        Winner.sizes_key != key.sizes_key,
+    )).all()
+    if not rows:
+        return LookupResult(LookupKind.MISS)
+    best = min(rows, key=lambda w: (_log_distance(w.sizes, key.sizes), w.sizes_key))
+    record = _winner_record(best, kernel, hardware)
+    return LookupResult(LookupKind.NEAREST, record, _log_distance(best.sizes, key.sizes))
+
+
+def _winner_query() -> Select[tuple[Winner, Kernel, Hardware]]:
+    """Winners joined with their kernel and hardware, in a stable order."""
+    return (
+        select(Winner, Kernel, Hardware)
+        .join(Kernel, Winner.kernel_id == Kernel.id)
+        .join(Hardware, Winner.hardware_id == Hardware.id)
+        .order_by(Kernel.name, Winner.id)
+    )
+
+
+def _hardware_info(h: Hardware) -> HardwareInfo:
+    return HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes)
+
+
+def _winner_record(w: Winner, k: Kernel, h: Hardware) -> WinnerRecord:
+    return WinnerRecord(
+        kernel_hash=k.structural_hash, name=k.name, backend=k.backend, sizes=tuple(w.sizes),
+        dtypes=tuple(w.dtypes), hardware=_hardware_info(h), config=w.config, time_us=w.time_us,
+        default_time_us=w.default_time_us, software=w.software, stale=w.stale,
+        trial_id=w.trial_id, updated_at=w.updated_at,
+    )
+
+
+def _trial_record(t: Trial, k: Kernel, h: Hardware) -> TrialRecord:
+    return TrialRecord(
+        id=t.id, kernel_hash=k.structural_hash, backend=k.backend, sizes=tuple(t.sizes),
+        dtypes=tuple(t.dtypes), hardware_fingerprint=h.fingerprint, config=t.config,
+        state=t.state, message=t.message, p20_us=t.p20_us, p50_us=t.p50_us, p80_us=t.p80_us,
+        verified_error=t.verified_error, host=t.host, study=t.study, created_at=t.created_at,
+    )
+
+
+def _dumps(obj: Any) -> str:
+    """Compact, key-sorted JSON (stable export files)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,88 @@
+"""Engines and sessions for the tuning DB (SQLite and PostgreSQL).
+
+SQLite runs in WAL mode with a busy timeout, and SQLAlchemy (not the sqlite3 module) emits
+``BEGIN``: ``BEGIN IMMEDIATE`` for writing sessions so concurrent writers queue on the busy
+timeout instead of failing on a lock upgrade, and DDL (migrations) is transactional.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+_WRITE_OPTION = "loopnest_write"
+
+
+class UnsupportedDatabase(ValueError):
+    """The URL names a database loopnest's tuning DB does not support."""
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; creates the directory of a SQLite file if needed."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in _INSERTS:
+        raise UnsupportedDatabase(
+            f"tuning DB URL {parsed.render_as_string()} uses {backend!r}; "
+            f"supported: {', '.join(sorted(_INSERTS))}"
+        )
+    if backend == "postgresql":
+        return create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    """Per connection: WAL, busy timeout, foreign keys, and no implicit BEGIN from sqlite3."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")  # first: WAL switch may wait
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    """Open the transaction: IMMEDIATE (write lock now) unless the session only reads."""
+    writes = conn.get_execution_options().get(_WRITE_OPTION, True)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def session_factory(engine: Engine) -> tuple[sessionmaker[Session], sessionmaker[Session]]:
+    """(writing, read-only) session factories; they differ only in SQLite's BEGIN mode."""
+    reader = engine.execution_options(**{_WRITE_OPTION: False})
+    return (
+        sessionmaker(engine, expire_on_commit=False),
+        sessionmaker(reader, expire_on_commit=False),
+    )
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success and rolls back (then re-raises) on error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def dialect_insert(session: Session, model: Any) -> Any:
+    """An INSERT supporting ``on_conflict_do_update/nothing`` for the session's database."""
+    return _INSERTS[session.get_bind().dialect.name](model)

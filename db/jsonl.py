@@ -1,0 +1,139 @@
+"""JSON-lines exchange format of winners: strict validation of every imported row.
+
+One object per line, as written by :meth:`WinnerRecord.to_json`. A row with an unknown or
+missing field, a wrong type, a hardware fingerprint that does not match its fields, or a config
+the backend's validator rejects is an :class:`ImportRowError` naming the line.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from loopnest.db.records import HardwareInfo, WinnerRecord, json_object, positive_float
+
+ConfigValidator = Callable[[str, dict[str, Any]], None]
+_HARDWARE_FIELDS = ("kind", "name", "capability", "cores", "memory_bytes", "fingerprint")
+
+
+class ImportRowError(ValueError):
+    """A row of an imported JSON-lines file is invalid; nothing was imported."""
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _sizes(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(_is_size(v) for v in value):
+        raise ValueError(f"{what} must be a list of ints >= 0, got {value!r}")
+    return tuple(value)
+
+
+def _dtypes(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or any(not isinstance(v, str) or not v for v in value):
+        raise ValueError(f"{what} must be a list of dtype names, got {value!r}")
+    return tuple(value)
+
+
+def _optional_time(value: Any, what: str) -> float | None:
+    return None if value is None else positive_float(value, what)
+
+
+def _optional_number(value: Any, what: str) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"{what} must be a number or null, got {value!r}")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} must be true or false, got {value!r}")
+    return value
+
+
+def _timestamp(value: Any, what: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(_text(value, what))
+    except ValueError:
+        raise ValueError(f"{what} must be an ISO timestamp, got {value!r}") from None
+
+
+def _hardware(value: Any, what: str) -> HardwareInfo:
+    hw = json_object(value, what)
+    if sorted(hw) != sorted(_HARDWARE_FIELDS):
+        raise ValueError(f"{what} must have exactly the fields {', '.join(_HARDWARE_FIELDS)}")
+    fingerprint = hw.pop("fingerprint")
+    info = HardwareInfo(**hw)
+    if info.fingerprint != fingerprint:
+        raise ValueError(
+            f"{what}.fingerprint {fingerprint!r} does not match its fields ({info.fingerprint!r})"
+        )
+    return info
+
+
+# field -> (parser, required)
+_FIELDS: dict[str, tuple[Callable[[Any, str], Any], bool]] = {
+    "kernel": (_text, True),
+    "name": (_text, True),
+    "backend": (_text, True),
+    "sizes": (_sizes, True),
+    "dtypes": (_dtypes, True),
+    "hardware": (_hardware, True),
+    "config": (json_object, True),
+    "time_us": (positive_float, True),
+    "software": (json_object, True),
+    "default_time_us": (_optional_time, False),
+    "speedup": (_optional_number, False),  # derived: recomputed from the two times
+    "stale": (_bool, False),
+    "updated_at": (_timestamp, False),
+}
+
+
+def parse_row(text: str, validate_config: ConfigValidator) -> WinnerRecord:
+    """One JSON line as a WinnerRecord; ValueError describing the first problem."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    unknown = sorted(set(row) - set(_FIELDS))
+    missing = sorted(k for k, (_, needed) in _FIELDS.items() if needed and k not in row)
+    if unknown or missing:
+        raise ValueError(f"unknown fields {unknown}, missing fields {missing}")
+    v = {k: parse(row[k], k) for k, (parse, _) in _FIELDS.items() if k in row}
+    try:
+        validate_config(v["backend"], v["config"])
+    except Exception as exc:  # the validator's own error type is the backend's business
+        raise ValueError(f"config rejected by the {v['backend']} validator: {exc}") from exc
+    record = WinnerRecord(
+        kernel_hash=v["kernel"], name=v["name"], backend=v["backend"], sizes=v["sizes"],
+        dtypes=v["dtypes"], hardware=v["hardware"], config=v["config"], time_us=v["time_us"],
+        default_time_us=v.get("default_time_us"), software=v["software"],
+        stale=v.get("stale", False), updated_at=v.get("updated_at"),
+    )
+    _ = record.key  # the same checks as a TuningKey built in process
+    return record
+
+
+def parse_lines(lines: Iterable[str], validate_config: ConfigValidator) -> list[WinnerRecord]:
+    """Every non-blank line parsed; ImportRowError naming the first bad line."""
+    records = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            records.append(parse_row(text, validate_config))
+        except ValueError as exc:
+            raise ImportRowError(f"line {number}: {exc}; nothing was imported") from exc
+    return records

@@ -1,0 +1,1 @@
+"""Alembic revisions of the tuning DB schema, one file each; alembic skips this file."""

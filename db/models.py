@@ -1,0 +1,156 @@
+"""ORM models of the tuning database: every table is prefixed ``ln_``.
+
+The prefix keeps loopnest's tables apart from Optuna's RDB storage tables, which may live in the
+same database. Models hold data only; queries live in :mod:`loopnest.db.api`.
+"""
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class TrialState(enum.StrEnum):
+    """Outcome of one measured config; only ``ok`` trials may become winners."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+    RUNNING = "running"
+
+
+def utcnow() -> datetime:
+    """Current time as naive UTC (stored identically on SQLite and PostgreSQL)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    """Declarative base holding loopnest's metadata (and only loopnest's tables)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Hardware(Base):
+    """One machine model (GPU or CPU) that timings were measured on."""
+
+    __tablename__ = "ln_hardware"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(256))
+    capability: Mapped[str] = mapped_column(String(256))
+    cores: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Kernel(Base):
+    """A kernel identified by its size-independent structural hash, per backend."""
+
+    __tablename__ = "ln_kernels"
+    __table_args__ = (UniqueConstraint("structural_hash", "backend", name="uq_ln_kernels_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    structural_hash: Mapped[str] = mapped_column(String(128))
+    backend: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(256))
+    ir_text: Mapped[str | None] = mapped_column(Text)  # NULL: imported, IR not seen here
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+TRIAL_STATE_TYPE = Enum(
+    TrialState,
+    name="ln_trial_state",
+    native_enum=False,
+    length=16,
+    values_callable=lambda states: [s.value for s in states],
+)
+
+
+class Trial(Base):
+    """One measured (or failed) config of a kernel at concrete sizes on one hardware."""
+
+    __tablename__ = "ln_trials"
+    __table_args__ = (
+        Index("ix_ln_trials_key", "kernel_id", "hardware_id", "sizes_key", "dtypes_key"),
+        Index("ix_ln_trials_study", "study"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ln_kernels.id", ondelete="CASCADE"))
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("ln_hardware.id", ondelete="CASCADE"))
+    sizes: Mapped[list[Any]] = mapped_column(JSON)
+    dtypes: Mapped[list[Any]] = mapped_column(JSON)
+    sizes_key: Mapped[str] = mapped_column(String(256))
+    dtypes_key: Mapped[str] = mapped_column(String(256))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[TrialState] = mapped_column(TRIAL_STATE_TYPE)
+    message: Mapped[str | None] = mapped_column(Text)
+    p20_us: Mapped[float | None] = mapped_column(Float)
+    p50_us: Mapped[float | None] = mapped_column(Float)
+    p80_us: Mapped[float | None] = mapped_column(Float)
+    verified_error: Mapped[float | None] = mapped_column(Float)
+    host: Mapped[str] = mapped_column(String(256))
+    study: Mapped[str | None] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Winner(Base):
+    """The best known config for one tuning key: one row per key, upserted."""
+
+    __tablename__ = "ln_winners"
+    __table_args__ = (
+        UniqueConstraint(
+            "kernel_id", "hardware_id", "sizes_key", "dtypes_key", name="uq_ln_winners_key"
+        ),
+        Index("ix_ln_winners_neighbours", "kernel_id", "hardware_id", "dtypes_key", "rank"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ln_kernels.id", ondelete="CASCADE"))
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("ln_hardware.id", ondelete="CASCADE"))
+    sizes_key: Mapped[str] = mapped_column(String(256))
+    dtypes_key: Mapped[str] = mapped_column(String(256))
+    rank: Mapped[int] = mapped_column(Integer)
+    sizes: Mapped[list[Any]] = mapped_column(JSON)
+    dtypes: Mapped[list[Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    time_us: Mapped[float] = mapped_column(Float)
+    default_time_us: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    software: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ln_trials.id", ondelete="SET NULL")
+    )
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)  # time measured

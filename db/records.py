@@ -1,0 +1,216 @@
+"""Plain values exchanged with the tuning DB: keys, hardware descriptions, winners, trials.
+
+These are what the rest of loopnest sees (through :mod:`loopnest.db.api`); ORM rows never leave
+the database layer.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from loopnest.db.models import TrialState
+
+
+class HardwareKind(enum.StrEnum):
+    """Device family a timing was measured on."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class LookupKind(enum.StrEnum):
+    """How a lookup answered; only EXACT is a measured result for the caller's setup."""
+
+    EXACT = "exact"  # same key, same software: use the config as measured
+    STALE = "stale"  # same key, other software or codegen: a warm start, re-measure
+    NEAREST = "nearest"  # same kernel/hardware/dtypes/rank, other sizes: a warm start
+    MISS = "miss"
+
+
+def sizes_key(sizes: Sequence[int]) -> str:
+    """Canonical text of a size tuple, e.g. ``(8192, 2048) -> "8192x2048"``."""
+    return "x".join(str(s) for s in sizes)
+
+
+def dtypes_key(dtypes: Sequence[str]) -> str:
+    """Canonical text of a dtype tuple, e.g. ``("float32", "int64") -> "float32,int64"``."""
+    return ",".join(dtypes)
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a plain JSON dict (str keys, finite numbers); ValueError otherwise."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} must be a dict, got {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not plain JSON: {exc}") from None
+
+
+def positive_float(value: Any, what: str) -> float:
+    """``value`` as a finite float > 0; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    """A machine model. Its fingerprint is what tuning keys compare.
+
+    GPU fingerprint: name, compute capability, multiprocessor count, memory size. CPU
+    fingerprint: model name, ISA flags codegen uses, core count; the RAM size is recorded but
+    left out of it (it varies with kernel reservations and does not change which config wins).
+    """
+
+    kind: str
+    name: str
+    capability: str
+    cores: int
+    memory_bytes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", HardwareKind(self.kind).value)  # ValueError if unknown
+        for attr in ("cores", "memory_bytes"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"HardwareInfo.{attr} must be an int >= 0, got {value!r}")
+        for attr in ("name", "capability"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"HardwareInfo.{attr} must be a str")
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable 20-hex-digit digest identifying this machine model."""
+        memory = 0 if self.kind == HardwareKind.CPU else self.memory_bytes
+        fields = [str(self.kind), self.name, self.capability, self.cores, memory]
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:20]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, fingerprint included."""
+        return {
+            "kind": str(self.kind), "name": self.name, "capability": self.capability,
+            "cores": self.cores, "memory_bytes": self.memory_bytes, "fingerprint": self.fingerprint,
+        }
+
+
+@dataclass(frozen=True)
+class TuningKey:
+    """What a winner is stored under: kernel, backend, concrete sizes, dtypes, hardware."""
+
+    kernel_hash: str
+    backend: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    hardware: HardwareInfo
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        if not self.kernel_hash or not self.backend:
+            raise ValueError("TuningKey needs a kernel_hash and a backend")
+        for s in self.sizes:
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                raise ValueError(f"TuningKey.sizes must be ints >= 0, got {self.sizes!r}")
+        for d in self.dtypes:
+            if not isinstance(d, str) or not d or "," in d:
+                raise ValueError(f"TuningKey.dtypes must be dtype names, got {self.dtypes!r}")
+
+    @property
+    def sizes_key(self) -> str:
+        """Canonical size text stored in the unique key."""
+        return sizes_key(self.sizes)
+
+    @property
+    def dtypes_key(self) -> str:
+        """Canonical dtype text stored in the unique key."""
+        return dtypes_key(self.dtypes)
+
+
+@dataclass(frozen=True)
+class WinnerRecord:
+    """The best known config for one tuning key, with how and where it was measured."""
+
+    kernel_hash: str
+    name: str
+    backend: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    hardware: HardwareInfo
+    config: dict[str, Any]
+    time_us: float
+    default_time_us: float | None
+    software: dict[str, Any]
+    stale: bool = False
+    trial_id: int | None = None
+    updated_at: datetime | None = None
+    speedup: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        default = self.default_time_us
+        object.__setattr__(self, "speedup", default / self.time_us if default else None)
+
+    @property
+    def key(self) -> TuningKey:
+        """The tuning key this record is stored under."""
+        return TuningKey(self.kernel_hash, self.backend, self.sizes, self.dtypes, self.hardware)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form, as written by ``export_jsonl`` and read by ``import_jsonl``."""
+        return {
+            "kernel": self.kernel_hash, "name": self.name, "backend": self.backend,
+            "sizes": list(self.sizes), "dtypes": list(self.dtypes),
+            "hardware": self.hardware.to_dict(), "config": self.config,
+            "time_us": self.time_us, "default_time_us": self.default_time_us,
+            "speedup": self.speedup, "stale": self.stale, "software": self.software,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One measured or failed config; failures keep their reason and no timings."""
+
+    id: int
+    kernel_hash: str
+    backend: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    hardware_fingerprint: str
+    config: dict[str, Any]
+    state: TrialState
+    message: str | None
+    p20_us: float | None
+    p50_us: float | None
+    p80_us: float | None
+    verified_error: float | None
+    host: str
+    study: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """Answer of ``TuningDB.lookup``: a kind, and the winner it is based on (None on a miss)."""
+
+    kind: LookupKind
+    winner: WinnerRecord | None = None
+    distance: float | None = None  # log-size distance, for NEAREST
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The stored config (measured for EXACT, a warm start otherwise)."""
+        return self.winner.config if self.winner else None
+
+    @property
+    def is_measured(self) -> bool:
+        """True only when the config was measured for exactly this key and software."""
+        return self.kind == LookupKind.EXACT
