@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load
+from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
@@ -109,149 +109,253 @@ class CppEmitter(ExprEmitter):
 
 def generate(kernel: Kernel, config: CppConfig) -> str:
     """The C++ function for ``kernel`` under ``config``."""
-    sig = signature(kernel)
-    lines = [f'extern "C" void {kernel.name}(void** args, const int64_t* syms) {{']
-    for k, name in enumerate(sig.buffers):
-        dtype = kernel.buffers[name].dtype
-        const = "" if name in kernel.outputs else "const "
-        lines.append(f"  {const}{STORAGE[dtype]}* __restrict__ {name} = ({const}{STORAGE[dtype]}*)args[{k}];")
-    for k, s in enumerate(sig.symbols):
-        lines.append(f"  const int64_t {s} = syms[{k}];")
-    threads = f" num_threads({config.threads})" if config.threads else ""
-    names = itertools.count(1)  # one counter per kernel: deterministic, collision-free names
-    if not kernel.reductions:
-        _pointwise(kernel, lines, threads, names)
-    elif kernel.pdomain:
-        _rows(kernel, lines, threads, names)
-    else:
-        _full_reduction(kernel, lines, threads, names)
-    lines.append("}")
-    return "\n".join(lines)
+    return KernelWriter(kernel, config).write()
 
 
-def _loops(vars_, sizes, indent: str, lines: list[str], pragma_inner: str | None) -> str:
-    """Open nested loops; returns the indentation inside the innermost."""
-    for k, (v, n) in enumerate(zip(vars_, sizes)):
-        if k == len(vars_) - 1 and pragma_inner:
-            lines.append(f"{indent}{pragma_inner}")
-        name = v.terms[0][0][0].name
-        lines.append(f"{indent}for (int64_t {name} = 0; {name} < {n}; ++{name}) {{")
-        indent += "  "
-    return indent
+def _var_name(v: Index) -> str:
+    return v.terms[0][0][0].name
 
 
-def _close(count: int, indent: str, lines: list[str]) -> None:
-    for k in range(count):
-        lines.append(indent[: len(indent) - 2 * (k + 1)] + "}")
+def reduces_outer_dim(kernel: Kernel) -> bool:
+    """True when loads are contiguous along the last row variable rather than a reduced one.
+
+    Then the kernel runs "columns": each thread owns chunks of adjacent columns and keeps one
+    accumulator per column, so every load stays a unit-stride vector load.
+    """
+    if not kernel.pdomain or not kernel.reductions:
+        return False
+    last_p = kernel.pvars()[-1].terms[0][0][0]
+    rvars = {v.terms[0][0][0] for v in kernel.rvars()}
+    votes = 0
+    for e in kernel.expressions():
+        for ld in (n for n in walk(e) if isinstance(n, Load)):
+            flat = kernel.buffers[ld.buffer].layout.flat_index(ld.index)
+            unit = {m[0] for m, c in flat.terms if len(m) == 1 and c == 1}
+            votes += 1 if last_p in unit else (-1 if unit & rvars else 0)
+    return votes > 0
 
 
-def _pointwise(kernel: Kernel, lines: list[str], threads: str, names) -> None:
-    pv = kernel.pvars()
-    indent = "  "
-    if len(pv) == 0:
-        body_indent = indent
-    elif len(pv) == 1:
-        lines.append(f"  #pragma omp parallel for simd schedule(static){threads}")
-        body_indent = _loops(pv, kernel.pdomain, indent, lines, None)
-    else:
-        collapse = f" collapse({len(pv) - 1})" if len(pv) > 2 else ""
-        lines.append(f"  #pragma omp parallel for schedule(static){collapse}{threads}")
-        body_indent = _loops(pv, kernel.pdomain, indent, lines, "#pragma omp simd")
-    em = CppEmitter(kernel, lines, body_indent, {}, names)
-    for s in kernel.elem_stores:
-        em.store(s.buffer, s.index, s.value)
-    _close(len(pv), body_indent, lines)
+class KernelWriter:
+    """Writes one kernel: pointwise, rows, columns or a full (split) reduction."""
 
+    def __init__(self, kernel: Kernel, config: CppConfig):
+        self.k = kernel
+        self.cfg = config
+        self.lines: list[str] = []
+        self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
+        self.threads = f" num_threads({config.threads})" if config.threads else ""
 
-def _accumulators(kernel: Kernel) -> dict[str, Accumulator]:
-    return {r.name: Accumulator(r, f"acc{k}") for k, r in enumerate(kernel.reductions)}
+    def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
+        return CppEmitter(self.k, self.lines, indent, accs, self.names)
 
+    def out(self, indent: str, *stmts: str) -> None:
+        self.lines.extend(indent + s for s in stmts)
 
-def _flat_r(kernel: Kernel) -> str:
-    flat = Index.of(0)
-    for v, n in zip(kernel.rvars(), kernel.rdomain):
-        flat = flat * n + v
-    return IndexPrinter(lambda a: a.name)(flat)
+    def write(self) -> str:
+        k, sig = self.k, signature(self.k)
+        self.lines.append(f'extern "C" void {k.name}(void** args, const int64_t* syms) {{')
+        for n, name in enumerate(sig.buffers):
+            ty = STORAGE[k.buffers[name].dtype]
+            const = "" if name in k.outputs else "const "
+            self.out("  ", f"{const}{ty}* __restrict__ {name} = ({const}{ty}*)args[{n}];")
+        for n, sym in enumerate(sig.symbols):
+            self.out("  ", f"const int64_t {sym} = syms[{n}];")
+        if not k.reductions:
+            self.pointwise()
+        elif not k.pdomain:
+            self.full_reduction()
+        elif reduces_outer_dim(k):
+            self.columns()
+        else:
+            self.rows()
+        self.lines.append("}")
+        return "\n".join(self.lines)
 
+    # -- loops ----------------------------------------------------------------------------------
+    def open_loops(self, vars_, sizes, indent: str, inner_pragma: str | None = None) -> str:
+        """Open nested loops (``inner_pragma`` on the innermost); returns the body's indent."""
+        for n, (v, size) in enumerate(zip(vars_, sizes)):
+            if n == len(vars_) - 1 and inner_pragma:
+                self.out(indent, inner_pragma)
+            name = _var_name(v)
+            self.out(indent, f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            indent += "  "
+        return indent
 
-def _phase_loop(kernel: Kernel, phase: int, accs: dict[str, Accumulator], lines: list[str],
-                indent: str, names, rvars_range: tuple | None = None) -> None:
-    """One pass over the reduced dims: update this phase's accumulators, do its stores."""
-    mine = [accs[r.name] for r in kernel.reductions if r.level == phase]
-    stores = [s for s in kernel.elem_stores if s.phase == phase]
-    if not mine and not stores:
-        return
-    clauses = [c for a in mine for c in (a.simd_clauses() or ["-"])]
-    pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
-    rv, sizes = kernel.rvars(), list(kernel.rdomain)
-    if rvars_range is not None:  # the outermost reduced dim split across threads
-        lo, hi = rvars_range
-        name = rv[0].terms[0][0][0].name
+    def close_loops(self, count: int, indent: str) -> None:
+        for n in range(count):
+            self.out(indent[: len(indent) - 2 * (n + 1)], "}")
+
+    def parallel_for(self, count: int, indent: str = "  ") -> None:
+        collapse = f" collapse({count})" if count > 1 else ""
+        self.out(indent, f"#pragma omp parallel for schedule(static){collapse}{self.threads}")
+
+    # -- pointwise --------------------------------------------------------------------------------
+    def pointwise(self) -> None:
+        pv = self.k.pvars()
+        if len(pv) == 1:
+            self.out("  ", f"#pragma omp parallel for simd schedule(static){self.threads}")
+            body = self.open_loops(pv, self.k.pdomain, "  ")
+        elif pv:
+            self.parallel_for(len(pv) - 1)
+            body = self.open_loops(pv, self.k.pdomain, "  ", "#pragma omp simd")
+        else:
+            body = "  "
+        em = self.emitter(body, {})
+        for s in self.k.elem_stores:
+            em.store(s.buffer, s.index, s.value)
+        self.close_loops(len(pv), body)
+
+    # -- reductions: shared pieces -------------------------------------------------------------------
+    def accumulators(self, index: str = "", prefix: str = "acc") -> dict[str, Accumulator]:
+        return {r.name: Accumulator(r, f"{prefix}{n}", index) for n, r in enumerate(self.k.reductions)}
+
+    def phase_parts(self, phase: int, accs: dict[str, Accumulator]):
+        mine = [accs[r.name] for r in self.k.reductions if r.level == phase]
+        stores = [s for s in self.k.elem_stores if s.phase == phase]
+        return mine, stores
+
+    def body(self, indent: str, accs, mine, stores, position: str) -> None:
+        """Update this phase's accumulators and do its element stores at the current point."""
+        em = self.emitter(indent, accs)
+        for a in mine:
+            self.out(indent, *a.update(em.emit(a.r.body), position))
+        for s in stores:
+            em.store(s.buffer, s.index, s.value)
+
+    def flat_r(self) -> str:
+        flat = Index.of(0)
+        for v, n in zip(self.k.rvars(), self.k.rdomain):
+            flat = flat * n + v
+        return IndexPrinter(lambda a: a.name)(flat)
+
+    def row_stores(self, indent: str, accs) -> None:
+        em = self.emitter(indent, accs)
+        for s in self.k.row_stores:
+            em.store(s.buffer, s.index, s.value)
+
+    # -- rows: each thread owns whole rows -------------------------------------------------------------
+    def rows(self) -> None:
+        pv = self.k.pvars()
+        self.parallel_for(len(pv))
+        indent = self.open_loops(pv, self.k.pdomain, "  ")
+        results = self.reduce_rows(indent, "0", str(self.k.rdomain[0]))
+        self.row_stores(indent, results)
+        self.close_loops(len(pv), indent)
+
+    def reduce_rows(self, indent: str, lo: str, hi: str, prefix: str = "acc") -> dict[str, Accumulator]:
+        """All phases over the reduced dims (the outermost in [lo, hi)); returns result accumulators."""
+        results: dict[str, Accumulator] = {}
+        for phase in range(self.k.num_phases):
+            results.update(self.reduce_phase(phase, indent, results, lo, hi, prefix))
+        return results
+
+    def reduce_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
+        """One pass over the reduced dims, vectorized with lane arrays when no clause fits."""
+        mine = [r for r in self.k.reductions if r.level == phase]
+        if not mine and not any(s.phase == phase for s in self.k.elem_stores):
+            return {}
+        needs_lanes = any(Accumulator(r, "_").simd_clauses() is None for r in mine)
+        if needs_lanes and len(self.k.rdomain) == 1:
+            return self.lane_phase(phase, indent, results, lo, hi, prefix)
+        return self.scalar_phase(phase, indent, results, lo, hi, prefix)
+
+    def scalar_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
+        accs = {**self.accumulators(prefix=prefix), **results}
+        mine, stores = self.phase_parts(phase, accs)
+        for a in mine:
+            self.out(indent, *a.declare())
+        clauses = [c for a in mine for c in (a.simd_clauses() or ["-"])]
+        pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
+        rv, sizes = self.k.rvars(), list(self.k.rdomain)
+        r0 = _var_name(rv[0])
         if len(rv) == 1 and pragma:
-            lines.append(f"{indent}{pragma}")
-        lines.append(f"{indent}for (int64_t {name} = {lo}; {name} < {hi}; ++{name}) {{")
-        inner_indent = _loops(rv[1:], sizes[1:], indent + "  ", lines, pragma)
-        depth = len(rv)
-    else:
-        inner_indent = _loops(rv, sizes, indent, lines, pragma)
-        depth = len(rv)
-    em = CppEmitter(kernel, lines, inner_indent, accs, names)
-    flat = _flat_r(kernel)
-    for a in mine:
-        value = em.emit(a.r.body)
-        for line in a.update(value, flat):
-            lines.append(inner_indent + line)
-    for s in stores:
-        em.store(s.buffer, s.index, s.value)
-    _close(depth, inner_indent, lines)
-
-
-def _rows(kernel: Kernel, lines: list[str], threads: str, names) -> None:
-    pv = kernel.pvars()
-    collapse = f" collapse({len(pv)})" if len(pv) > 1 else ""
-    lines.append(f"  #pragma omp parallel for schedule(static){collapse}{threads}")
-    indent = _loops(pv, kernel.pdomain, "  ", lines, None)
-    accs = _accumulators(kernel)
-    for phase in range(kernel.num_phases):
-        for a in accs.values():
-            if a.r.level == phase:
-                lines.extend(indent + x for x in a.init())
-        _phase_loop(kernel, phase, accs, lines, indent, names)
-        for a in accs.values():
-            if a.r.level == phase:
-                lines.extend(indent + x for x in a.finish())
-    em = CppEmitter(kernel, lines, indent, accs, names)
-    for s in kernel.row_stores:
-        em.store(s.buffer, s.index, s.value)
-    _close(len(pv), indent, lines)
-
-
-def _full_reduction(kernel: Kernel, lines: list[str], threads: str, names) -> None:
-    """No rows: each phase splits the outermost reduced dim across threads, then combines."""
-    accs = _accumulators(kernel)
-    n0 = kernel.rdomain[0]
-    for phase in range(kernel.num_phases):
-        mine = [a for a in accs.values() if a.r.level == phase]
+            self.out(indent, pragma)
+        self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+        inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
+        self.body(inner, accs, mine, stores, self.flat_r())
+        self.close_loops(len(rv), inner)
         for a in mine:
-            lines.extend("  " + x for x in a.init())
-        lines.append(f"  #pragma omp parallel{threads}")
-        lines.append("  {")
-        lines.append("    const int64_t nt_ = omp_get_num_threads(), tid_ = omp_get_thread_num();")
-        lines.append(f"    const int64_t lo_ = ({n0}) * tid_ / nt_, hi_ = ({n0}) * (tid_ + 1) / nt_;")
-        local = {name: Accumulator(a.r, "l_" + a.var) for name, a in accs.items() if a.r.level == phase}
-        for a in local.values():
-            lines.extend("    " + x for x in a.init())
-        view = {**accs, **local}
-        _phase_loop(kernel, phase, view, lines, "    ", names, ("lo_", "hi_"))
-        lines.append("    #pragma omp critical")
-        lines.append("    {")
-        for name, a in local.items():
-            lines.extend("      " + x for x in accs[name].combine(a.var))
-        lines.append("    }")
-        lines.append("  }")
-        for a in mine:
-            lines.extend("  " + x for x in a.finish())
-    em = CppEmitter(kernel, lines, "  ", accs, names)
-    for s in kernel.row_stores:
-        em.store(s.buffer, s.index, s.value)
+            self.out(indent, *a.finish())
+        return {a.r.name: a for a in mine}
 
+    def lane_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
+        """A 1-D reduction in vectors of ``lanes`` partial states, combined at the end."""
+        lanes = str(self.cfg.lanes)
+        accs = {**self.accumulators("[j]", prefix), **results}
+        mine, stores = self.phase_parts(phase, accs)
+        for a in mine:
+            self.out(indent, *a.declare(lanes))
+        r0 = _var_name(self.k.rvars()[0])
+        self.out(indent, f"for (int64_t rc_ = {lo}; rc_ < {hi}; rc_ += {lanes}) {{",
+                 f"  const int64_t w_ = std::min<int64_t>({lanes}, {hi} - rc_);",
+                 "  #pragma omp simd",
+                 "  for (int64_t j = 0; j < w_; ++j) {",
+                 f"    const int64_t {r0} = rc_ + j;")
+        self.body(indent + "    ", accs, mine, stores, r0)
+        self.out(indent, "  }", "}")
+        first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in mine}
+        for a in mine:
+            self.out(indent, f"for (int64_t j = 1; j < {lanes}; ++j) {{")
+            self.out(indent + "  ", *first[a.r.name].combine(a))
+            self.out(indent, "}")
+            self.out(indent, *first[a.r.name].finish())
+        return first
+
+    # -- columns: each thread owns chunks of adjacent columns ------------------------------------------
+    def columns(self) -> None:
+        pv, sizes = self.k.pvars(), list(self.k.pdomain)
+        last, width = _var_name(pv[-1]), self.cfg.chunk
+        self.parallel_for(len(pv))
+        indent = self.open_loops(pv[:-1], sizes[:-1], "  ")
+        self.out(indent, f"for (int64_t c_ = 0; c_ < ({sizes[-1]} + {width - 1}) / {width}; ++c_) {{")
+        indent += "  "
+        self.out(indent, f"const int64_t pc_ = c_ * {width};",
+                 f"const int64_t w_ = std::min<int64_t>({width}, {sizes[-1]} - pc_);")
+        accs = self.accumulators("[j]")
+        for phase in range(self.k.num_phases):
+            mine, stores = self.phase_parts(phase, accs)
+            for a in mine:
+                self.out(indent, *a.declare(str(width)))
+            rv = self.k.rvars()
+            inner = self.open_loops(rv, self.k.rdomain, indent)
+            self.out(inner, "#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {",
+                     f"  const int64_t {last} = pc_ + j;")
+            self.body(inner + "  ", accs, mine, stores, self.flat_r())
+            self.out(inner, "}")
+            self.close_loops(len(rv), inner)
+            finish = [x for a in mine for x in a.finish()]
+            if finish:
+                self.out(indent, "for (int64_t j = 0; j < w_; ++j) {", *["  " + x for x in finish], "}")
+        if self.k.row_stores:
+            self.out(indent, "#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {",
+                     f"  const int64_t {last} = pc_ + j;")
+            self.row_stores(indent + "  ", accs)
+            self.out(indent, "}")
+        self.out(indent[:-2], "}")
+        self.close_loops(len(pv) - 1, indent[:-2])
+
+    # -- full reductions: the reduced range split across threads -----------------------------------------
+    def full_reduction(self) -> None:
+        """No rows: every phase splits the outermost reduced dim across threads, then combines."""
+        shared = self.accumulators(prefix="acc")
+        results: dict[str, Accumulator] = {}
+        n0 = self.k.rdomain[0]
+        for phase in range(self.k.num_phases):
+            mine = [shared[r.name] for r in self.k.reductions if r.level == phase]
+            for a in mine:
+                self.out("  ", *a.declare())
+            self.out("  ", f"#pragma omp parallel{self.threads}", "{",
+                     "  const int64_t nt_ = omp_get_num_threads(), tid_ = omp_get_thread_num();",
+                     f"  const int64_t lo_ = ({n0}) * tid_ / nt_, hi_ = ({n0}) * (tid_ + 1) / nt_;")
+            local = self.reduce_phase(phase, "    ", results, "lo_", "hi_", "l_acc")
+            if mine:
+                self.out("  ", "  #pragma omp critical", "  {")
+                for a in mine:
+                    self.out("      ", *a.combine(local[a.r.name]))
+                self.out("  ", "  }")
+            self.out("  ", "}")
+            for a in mine:
+                self.out("  ", *a.finish())
+            results.update({a.r.name: a for a in mine})
+        self.row_stores("  ", results)
