@@ -1,0 +1,408 @@
+"""Triton source for a kernel, plus the plan of launches that runs it.
+
+Kernel kinds and the functions they become (one ``@triton.jit`` function each, named after the
+kernel so profilers show ``ln_softmax_0``):
+
+* pointwise: 1D tiles of ``XBLOCK`` elements, or 2D ``YBLOCK x XBLOCK`` tiles when loads and
+  stores are contiguous along different dims (a transpose), so both stay coalesced;
+* reductions over rows, ``[XBLOCK, RBLOCK]`` tiles: *persistent* (the whole row in one block,
+  all phases share loaded values) or *looped* (one loop over ``RBLOCK`` chunks per phase,
+  accumulators carried as lanes);
+* *split* reductions (full reductions, or few long rows): per phase, ``NAME_split{k}`` writes one
+  partial state per (row, program) to a workspace and ``NAME_combine{k}`` merges them; finished
+  values go to small workspaces that later phases read.
+
+Every function takes the buffers' data pointers, then the symbolic sizes, then workspaces, then
+its constexpr block sizes and ``IDX64`` (int64 index arithmetic when some buffer has 2**31
+elements or more).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...ir.index import Index, as_var, floordiv, product
+from ...scheduler.kernel import Kernel, Strategy
+from ..cpp.codegen import signature
+from .emit import KernelContext, TritonEmitter
+from .indexing import Axis, flatten_vars, transposed_split
+from .mathlib import helpers_for
+from .ops import tl_type
+from .params import TritonConfig, next_pow2
+from .reductions import TritonAccumulator
+from .settings import TritonSettings
+
+INDENT = "    "
+INDEX32_LIMIT = 2 ** 31
+_HEADER = "import triton\nimport triton.language as tl\n"
+_LIBDEVICE = "from triton.language.extra import libdevice\n"
+_ROW, _TILE = "[XBLOCK, 1]", "[XBLOCK, RBLOCK]"
+_XR = frozenset({"x", "r"})
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One runtime argument: a buffer, a symbolic size or a workspace, by name."""
+
+    kind: str  # "buffer" | "sym" | "workspace"
+    name: str
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Scratch memory a launch plan needs (partials and finished values of split reductions)."""
+
+    name: str
+    dtype: torch.dtype
+    numel: Index
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of one generated function over ``grid`` programs."""
+
+    fn: str
+    args: tuple[Arg, ...]
+    grid: Index
+    constexprs: tuple[tuple[str, int], ...]
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class Program:
+    """Generated source of one kernel and how to run it."""
+
+    name: str
+    source: str
+    launches: tuple[Launch, ...]
+    workspaces: tuple[Workspace, ...]
+    index64: bool | None          # None: decided per call from ``extents``
+    extents: tuple[Index, ...]    # element extents whose size decides int64 indexing
+    max_rnumel: int | None        # persistent kernels: the longest row RBLOCK covers
+
+
+def _divides(numel: Index, block: int) -> bool:
+    n = numel.as_int()
+    return n is not None and n % block == 0
+
+
+def _cdiv(n: Index, block: int) -> Index:
+    return floordiv(n + (block - 1), Index.of(block))
+
+
+def check_config(kernel: Kernel, config: TritonConfig) -> None:
+    """Raise ValueError if ``config`` cannot run ``kernel``."""
+    if not kernel.reductions:
+        if config.strategy is Strategy.SPLIT:
+            raise ValueError(f"{kernel.name} is pointwise; the split strategy needs a reduction")
+        return
+    if config.YBLOCK != 1:
+        raise ValueError(f"{kernel.name} is a reduction; YBLOCK (2D pointwise tiles) must be 1")
+    rnumel = product(kernel.rdomain).as_int()
+    if config.strategy is Strategy.PERSISTENT and rnumel is not None and rnumel > config.RBLOCK:
+        raise ValueError(f"{kernel.name}: persistent strategy needs RBLOCK >= {rnumel}, "
+                         f"got {config.RBLOCK}")
+
+
+def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> Program:
+    """The Triton module source and launch plan of ``kernel`` under ``config``."""
+    check_config(kernel, config)
+    return _Generator(kernel, config, settings).program()
+
+
+class _Generator:
+    def __init__(self, kernel: Kernel, config: TritonConfig, settings: TritonSettings):
+        self.k = kernel
+        self.cfg = config
+        self.settings = settings
+        self.sig = signature(kernel)
+        self.xnumel = product(kernel.pdomain)
+        self.rnumel = product(kernel.rdomain)
+        self.pvars = tuple(as_var(v) for v in kernel.pvars())
+        self.rvars = tuple(as_var(v) for v in kernel.rvars())
+        self.functions: list[str] = []
+        self.launches: list[Launch] = []
+        self.workspaces: list[Workspace] = []
+
+    # -- assembly -------------------------------------------------------------------------------
+    def program(self) -> Program:
+        if not self.k.reductions:
+            self._pointwise()
+        elif self.cfg.strategy is Strategy.SPLIT:
+            self._split()
+        else:
+            self._rows(self.cfg.strategy is Strategy.PERSISTENT)
+        body = "\n\n".join(self.functions)
+        head = _HEADER + (_LIBDEVICE if "libdevice." in body else "")
+        source = "\n\n".join(part for part in (head, helpers_for(body), body) if part) + "\n"
+        extents = self._extents()
+        static = all(e.as_int() is not None for e in extents)
+        index64 = any(e.as_int() >= INDEX32_LIMIT for e in extents) if static else None
+        persistent = self.k.reductions and self.cfg.strategy is Strategy.PERSISTENT
+        return Program(self.k.name, source, tuple(self.launches), tuple(self.workspaces), index64,
+                       extents, self.cfg.RBLOCK if persistent else None)
+
+    def _extents(self) -> tuple[Index, ...]:
+        out = [self.xnumel * self.cfg.SPLIT, self.rnumel]
+        for name in self.sig.buffers:
+            lay = self.k.buffers[name].layout
+            out.append(lay.offset + 1 + sum(((n - 1) * s for n, s in zip(lay.sizes, lay.strides)),
+                                            Index.of(0)))
+        return tuple(out)
+
+    def _context(self, axes: list[Axis], masked: set[str]) -> KernelContext:
+        ctx = KernelContext(self.k, {a.name: a for a in axes}, frozenset(masked),
+                            portable=self.settings.portable_math, debug=self.settings.debug)
+        for a in axes:
+            ctx.subs.update(flatten_vars(a))
+        return ctx
+
+    def _function(self, name: str, ctx: KernelContext, lines: list[str], constexprs: list,
+                  workspaces: list[str], grid: Index, num_warps: int | None = None) -> None:
+        ws_names = list(dict.fromkeys(workspaces + ctx.loaded))
+        params = ([ctx.ptr(b) for b in self.sig.buffers] + [ctx.sym(s) for s in self.sig.symbols]
+                  + ws_names + [f"{c}: tl.constexpr" for c, _ in constexprs] + ["IDX64: tl.constexpr"])
+        decorator = "@triton.jit(debug=True)" if self.settings.debug else "@triton.jit"
+        self.functions.append(f"{decorator}\ndef {name}({', '.join(params)}):\n" + "\n".join(lines))
+        args = ([Arg("buffer", b) for b in self.sig.buffers] + [Arg("sym", s) for s in self.sig.symbols]
+                + [Arg("workspace", w) for w in ws_names])
+        self.launches.append(Launch(name, tuple(args), grid, tuple(constexprs),
+                                    num_warps or self.cfg.num_warps, self.cfg.num_stages))
+
+    def _prologue(self, em: TritonEmitter, axes: list[Axis]) -> None:
+        """Symbol widening for IDX64, axis extents and the program id."""
+        if self.sig.symbols:
+            em.line("if IDX64:")
+            for s in self.sig.symbols:
+                em.line(f"{INDENT}{em.ctx.sym(s)} = tl.full([], {em.ctx.sym(s)}, tl.int64)")
+        for a in axes:
+            constant = ": tl.constexpr" if a.numel.as_int() is not None else ""
+            em.line(f"{a.name}numel{constant} = {em.index(a.numel)}")
+        em.line("pid = tl.program_id(0)")
+        em.line("if IDX64:")
+        em.line(f"{INDENT}pid = pid.to(tl.int64)")
+
+    def _masks(self, em: TritonEmitter, axes: list[Axis], ends: dict[str, str] | None = None) -> None:
+        for a in axes:
+            if a.name in em.ctx.masked:
+                end = (ends or {}).get(a.name, f"{a.name}numel")
+                em.line(f"{a.mask} = {a.index} < {end}")
+
+    def _accumulators(self) -> list[TritonAccumulator]:
+        return [TritonAccumulator(r, f"acc{k}") for k, r in enumerate(self.k.reductions)]
+
+    # -- pointwise ------------------------------------------------------------------------------
+    def _pointwise(self) -> None:
+        cfg, k = self.cfg, self.k
+        two_d = cfg.YBLOCK > 1 and len(k.pdomain) >= 2
+        if two_d:
+            s = transposed_split(k) or len(k.pdomain) - 1
+            axes = [Axis("y", product(k.pdomain[:s]), self.pvars[:s], 0),
+                    Axis("x", product(k.pdomain[s:]), self.pvars[s:], 1)]
+        else:
+            axes = [Axis("x", self.xnumel, self.pvars, 0)]
+        blocks = {"x": cfg.XBLOCK, "y": cfg.YBLOCK}
+        ctx = self._context(axes, {a.name for a in axes if not _divides(a.numel, blocks[a.name])})
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        if two_d:
+            em.line("xblocks = tl.cdiv(xnumel, XBLOCK)")
+            em.line("xindex = (pid % xblocks) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
+            em.line("yindex = (pid // xblocks) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+        else:
+            em.line("xindex = pid * XBLOCK + tl.arange(0, XBLOCK)")
+        self._masks(em, axes)
+        shape = "[YBLOCK, XBLOCK]" if two_d else "[XBLOCK]"
+        for st in k.elem_stores:
+            em.store(st.buffer, st.index, st.value, frozenset(ctx.axes), shape)
+        grid = _cdiv(axes[-1].numel, cfg.XBLOCK) * (_cdiv(axes[0].numel, cfg.YBLOCK) if two_d else 1)
+        constexprs = [("XBLOCK", cfg.XBLOCK)] + ([("YBLOCK", cfg.YBLOCK)] if two_d else [])
+        self._function(k.name, ctx, lines, constexprs, [], grid)
+
+    # -- reductions over rows -------------------------------------------------------------------
+    def _row_axes(self) -> list[Axis]:
+        return [Axis("x", self.xnumel, self.pvars, 0), Axis("r", self.rnumel, self.rvars, 1)]
+
+    def _rows(self, persistent: bool) -> None:
+        cfg, k = self.cfg, self.k
+        r_exact = self.rnumel == cfg.RBLOCK if persistent else _divides(self.rnumel, cfg.RBLOCK)
+        masked = ({"x"} if not _divides(self.xnumel, cfg.XBLOCK) else set()) | ({"r"} if not r_exact else set())
+        axes = self._row_axes()
+        ctx = self._context(axes, masked)
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        em.line("xindex = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        self._masks(em, axes[:1])
+        self._rbase(em)
+        if persistent:
+            em.line("rindex = rbase")
+            self._masks(em, axes[1:])
+        for phase in range(k.num_phases):
+            accs = [a for a in self._accumulators() if a.r.level == phase]
+            stores = [s for s in k.elem_stores if s.phase == phase]
+            if persistent:
+                self._block_phase(em, accs, stores)
+            else:
+                self._loop_phase(em, accs, stores, "0", "rnumel")
+            for acc in accs:
+                self._publish(em, acc)
+        for st in k.row_stores:
+            em.store(st.buffer, st.index, st.value, frozenset({"x"}), _ROW)
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK)]
+        self._function(k.name, ctx, lines, constexprs, [], _cdiv(self.xnumel, cfg.XBLOCK))
+
+    @staticmethod
+    def _rbase(em: TritonEmitter) -> None:
+        em.line("rbase = tl.arange(0, RBLOCK)[None, :]")
+        em.line("if IDX64:")
+        em.line(f"{INDENT}rbase = rbase.to(tl.int64)")
+
+    def _tile(self, em: TritonEmitter, acc: TritonAccumulator) -> str:
+        """The reduction's element values as a full ``[XBLOCK, RBLOCK]`` tile of its value type."""
+        e, vt = acc.r.body, acc.value_type
+        name, deps = em.emit(e), em.ctx.deps(e)
+        if not deps:
+            return em.assign(f"tl.full({_TILE}, {name}, {vt})", "v")
+        value = name if tl_type(e.dtype) == vt else f"{name}.to({vt})"
+        if deps != _XR:
+            value = f"tl.broadcast_to({value}, {_TILE})"
+        return name if value == name else em.assign(value, "v")
+
+    def _lanes(self, em: TritonEmitter, acc: TritonAccumulator, prefix: str) -> dict[str, str]:
+        names = acc.names(prefix)
+        lanes = acc.lanes(self._tile(em, acc), em.ctx.mask(_XR), "rindex", _TILE)
+        for suffix, expr in lanes.items():
+            em.line(f"{names[suffix]} = {expr}")
+        return names
+
+    def _block_phase(self, em: TritonEmitter, accs, stores) -> None:
+        """Persistent: reduce whole rows at once; state ends in ``acc.names()``."""
+        for acc in accs:
+            lanes = self._lanes(em, acc, acc.var + "_lane")
+            for line in acc.reduce(lanes, acc.names()):
+                em.line(line)
+        for st in stores:
+            em.store(st.buffer, st.index, st.value, _XR, _TILE)
+
+    def _loop_phase(self, root: TritonEmitter, accs, stores, start: str, end: str) -> None:
+        """Looped: one pass over ``[start, end)`` in RBLOCK chunks; state ends in ``acc.names()``."""
+        if not accs and not stores:
+            return
+        carried = {acc.var: acc.names(acc.var + "_lanes") for acc in accs}
+        for acc in accs:
+            for c in acc.components():
+                root.line(f"{carried[acc.var][c.suffix]} = tl.full({_TILE}, {c.identity}, {c.tl_type})")
+        body: list[str] = []
+        inner = TritonEmitter(root.ctx, body, root.indent + INDENT, parent=root, loop_axes=frozenset({"r"}))
+        inner.line("rindex = roffset + rbase")
+        self._masks(inner, [root.ctx.axes["r"]], {"r": end})
+        for acc in accs:
+            new = self._lanes(inner, acc, acc.var + "_new")
+            for line in acc.merge(carried[acc.var], new):
+                inner.line(line)
+        for st in stores:
+            inner.store(st.buffer, st.index, st.value, _XR, _TILE)
+        root.line(f"for roffset in range({start}, {end}, RBLOCK):")
+        root.lines.extend(body)
+        for acc in accs:
+            for line in acc.reduce(carried[acc.var], acc.names()):
+                root.line(line)
+
+    @staticmethod
+    def _publish(em: TritonEmitter, acc: TritonAccumulator) -> list[str]:
+        """Bind the finished outputs of ``acc`` and make them visible to later expressions."""
+        names = []
+        for k, expr in enumerate(acc.results(acc.names())):
+            name = f"{acc.var}_out{k}"
+            em.line(f"{name} = {expr}")
+            em.ctx.acc_values[(acc.r.name, k)] = name
+            names.append(name)
+        return names
+
+    # -- split reductions -----------------------------------------------------------------------
+    def _split(self) -> None:
+        accs = self._accumulators()
+        fin: dict[tuple[str, int], str] = {}
+        for acc in accs:
+            for k, dtype in enumerate(acc.result_dtypes()):
+                fin[(acc.r.name, k)] = f"fin_{acc.var}_{k}"
+                self.workspaces.append(Workspace(fin[(acc.r.name, k)], dtype, self.xnumel))
+        last = max(a.r.level for a in accs)
+        for phase in range(self.k.num_phases):
+            mine = [a for a in accs if a.r.level == phase]
+            partial = {}
+            for acc in mine:
+                partial[acc.var] = {c.suffix: f"ws_{acc.var}{c.suffix}" for c in acc.components()}
+                for c in acc.components():
+                    self.workspaces.append(Workspace(partial[acc.var][c.suffix], c.torch_dtype,
+                                                     self.xnumel * self.cfg.SPLIT))
+            self._split_stage(phase, mine, partial, fin)
+            if mine:
+                self._combine_stage(phase, mine, partial, fin, row_stores=phase == last)
+
+    def _split_stage(self, phase: int, accs, partial: dict, fin: dict) -> None:
+        cfg, k = self.cfg, self.k
+        axes = self._row_axes()
+        ctx = self._context(axes, {"r"} | ({"x"} if not _divides(self.xnumel, cfg.XBLOCK) else set()))
+        ctx.acc_loads = dict(fin)
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        em.line("xindex = (pid // SPLIT) * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        em.line("sid = pid % SPLIT")
+        self._masks(em, axes[:1])
+        self._rbase(em)
+        em.line("rchunk = (rnumel + SPLIT * RBLOCK - 1) // (SPLIT * RBLOCK) * RBLOCK")
+        em.line("rstart = sid * rchunk")
+        em.line("rend = tl.minimum(rstart + rchunk, rnumel)")
+        stores = [s for s in k.elem_stores if s.phase == phase]
+        self._loop_phase(em, accs, stores, "rstart", "rend")
+        xmask = ctx.mask({"x"})
+        for acc in accs:
+            for suffix, name in acc.names().items():
+                where = f", mask={xmask}" if xmask else ""
+                em.line(f"tl.store({partial[acc.var][suffix]} + (xindex * SPLIT + sid), {name}{where})")
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("SPLIT", cfg.SPLIT)]
+        ws = [w for acc in accs for w in partial[acc.var].values()]
+        self._function(f"{k.name}_split{phase}", ctx, lines, constexprs, ws,
+                       _cdiv(self.xnumel, cfg.XBLOCK) * cfg.SPLIT)
+
+    def _combine_stage(self, phase: int, accs, partial: dict, fin: dict, row_stores: bool) -> None:
+        cfg, k = self.cfg, self.k
+        axes = self._row_axes()[:1]
+        sblock = next_pow2(cfg.SPLIT)
+        ctx = self._context(axes, set() if _divides(self.xnumel, cfg.XBLOCK) else {"x"})
+        ctx.acc_loads = dict(fin)
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        em.line("xindex = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        self._masks(em, axes)
+        em.line("sindex = tl.arange(0, SBLOCK)[None, :]")
+        masks = [m for m in (ctx.mask({"x"}), "smask" if sblock != cfg.SPLIT else None) if m]
+        if sblock != cfg.SPLIT:
+            em.line("smask = sindex < SPLIT")
+        where = f", mask={' & '.join(masks)}" if masks else ""
+        xwhere = f", mask={ctx.mask({'x'})}" if ctx.mask({"x"}) else ""
+        for acc in accs:
+            lanes = acc.names(acc.var + "_part")
+            for c in acc.components():
+                other = f", other={c.identity}" if masks else ""
+                em.line(f"{lanes[c.suffix]} = tl.load({partial[acc.var][c.suffix]} + "
+                        f"(xindex * SPLIT + sindex){where}{other})")
+            for line in acc.reduce(lanes, acc.names()):
+                em.line(line)
+            for j, name in enumerate(self._publish(em, acc)):
+                em.line(f"tl.store({fin[(acc.r.name, j)]} + xindex, {name}{xwhere})")
+        if row_stores:
+            for st in k.row_stores:
+                em.store(st.buffer, st.index, st.value, frozenset({"x"}), _ROW)
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("SBLOCK", sblock), ("SPLIT", cfg.SPLIT)]
+        ws = [w for acc in accs for w in partial[acc.var].values()]
+        ws += [fin[(acc.r.name, j)] for acc in accs for j in range(len(acc.result_dtypes()))]
+        self._function(f"{k.name}_combine{phase}", ctx, lines, constexprs, ws,
+                       _cdiv(self.xnumel, cfg.XBLOCK), num_warps=min(cfg.num_warps, 4))

@@ -1,0 +1,237 @@
+"""Expression emission for Triton kernels: scopes with CSE and hoisting, loads, stores, masks.
+
+A ``TritonEmitter`` writes the statements of one scope (the kernel body, or the body of a loop
+over reduction chunks). A loop scope hands every expression that does not vary along its loop
+axes to its parent, so row-invariant work (loads of per-row values, finished accumulators) is
+computed once before the loop. Every value is a tile (or a scalar) whose shape follows the axes
+it depends on; loads and stores are masked only along axes whose extent the block does not
+divide.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ...ir.dtypes import DType
+from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load
+from ...ir.index import Index, Indirect, Sym, Var
+from ...ir.ops import Op
+from ...scheduler.kernel import Kernel
+from ..emitter import ExprEmitter, IndexPrinter
+from .indexing import Axis, fold_divmod
+from .ops import render_cast, render_const, render_op, storage_value, tl_type
+
+
+def identifier(name: str) -> str:
+    """``name`` made a valid Python identifier."""
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return out if out and not out[0].isdigit() else "_" + out
+
+
+@dataclass
+class KernelContext:
+    """What every scope of one generated function shares."""
+
+    kernel: Kernel
+    axes: dict[str, Axis]            # tile axes by name
+    masked: frozenset[str]           # axes whose loads/stores need a mask
+    portable: bool
+    debug: bool
+    subs: dict[Var, Index] = field(default_factory=dict)        # kernel var -> flat-index expr
+    axis_of: dict[str, str] = field(default_factory=dict)       # kernel var name -> axis name
+    acc_values: dict[tuple[str, int], str] = field(default_factory=dict)
+    acc_loads: dict[tuple[str, int], str] = field(default_factory=dict)  # finished, in workspaces
+    loaded: list[str] = field(default_factory=list)                     # workspaces read so far
+    counter: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _deps: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for axis in self.axes.values():
+            for v in axis.kernel_vars:
+                self.axis_of[v.name] = axis.name
+
+    @staticmethod
+    def ptr(buffer: str) -> str:
+        return identifier(buffer) + "_ptr"
+
+    @staticmethod
+    def sym(name: str) -> str:
+        return "s_" + identifier(name)
+
+    def deps(self, e: Expr) -> frozenset[str]:
+        """The tile axes the value of ``e`` varies along."""
+        hit = self._deps.get(e)
+        if hit is not None:
+            return hit
+        if isinstance(e, (Load, IndexValue)):
+            out = self.index_deps(e.index if isinstance(e, Load) else (e.index,))
+        elif isinstance(e, AccRef):
+            out = frozenset({"x"})
+        elif isinstance(e, Apply):
+            out = frozenset().union(*(self.deps(a) for a in e.args))
+        else:
+            out = frozenset()
+        self._deps[e] = out
+        return out
+
+    def index_deps(self, index: tuple[Index, ...]) -> frozenset[str]:
+        out: set[str] = set()
+        for i in index:
+            for a in i.atoms():
+                if isinstance(a, Var):
+                    out.add(self.axis_of[a.name])
+                elif isinstance(a, Indirect):
+                    out |= self.deps(a.value)
+        return frozenset(out)
+
+    def mask(self, axes) -> str | None:
+        """The conjunction of the masks of ``axes`` that need one (None when none does)."""
+        names = [a.mask for a in sorted(self.axes.values(), key=lambda a: a.dim)
+                 if a.name in axes and a.name in self.masked]
+        return " & ".join(names) if names else None
+
+
+class TritonEmitter(ExprEmitter):
+    """Renders expressions as Triton statements in one scope."""
+
+    def __init__(self, ctx: KernelContext, lines: list[str], indent: str,
+                 parent: "TritonEmitter | None" = None, loop_axes: frozenset[str] = frozenset()):
+        super().__init__(lines, indent)
+        self.ctx = ctx
+        self.parent = parent
+        self.loop_axes = loop_axes
+        self.indirect: dict[Indirect, str] = {}
+        self.index = IndexPrinter(self._atom, div="//", mod="%")
+
+    # -- scopes ---------------------------------------------------------------------------------
+    def _hoists(self, e: Expr) -> bool:
+        return self.parent is not None and not (self.ctx.deps(e) & self.loop_axes)
+
+    def emit(self, e: Expr) -> str:
+        if e not in self.cache and self._hoists(e):
+            return self.parent.emit(e)
+        return super().emit(e)
+
+    def fresh(self, stem: str = "t") -> str:
+        return f"{stem}{next(self.ctx.counter)}"
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.indent + text)
+
+    def assign(self, text: str, stem: str = "t") -> str:
+        """Bind ``text`` to a fresh name in this scope."""
+        name = self.fresh(stem)
+        self.line(f"{name} = {text}")
+        return name
+
+    def root(self) -> "TritonEmitter":
+        return self if self.parent is None else self.parent.root()
+
+    # -- indices ----------------------------------------------------------------------------------
+    def _atom(self, a) -> str:
+        if isinstance(a, Sym):
+            return self.ctx.sym(a.name)
+        if isinstance(a, Indirect):
+            return self.indirect_name(a)
+        return a.name  # a flat tile index (xindex, yindex, rindex)
+
+    def flat(self, index: Index) -> str:
+        """Text of a kernel-level index expression over the tile's flat indices."""
+        return self.index(fold_divmod(index.subs(self.ctx.subs)))
+
+    def offset(self, buffer: str, index: tuple[Index, ...]) -> str:
+        """Element offset of ``buffer[index]`` from the buffer's (view's) data pointer."""
+        layout = self.ctx.kernel.buffers[buffer].layout
+        return self.flat(layout.flat_index(index) - layout.offset)
+
+    def indirect_name(self, a: Indirect) -> str:
+        """The wrapped (and, in debug mode, bounds-checked) value of a gather index."""
+        if self.parent is not None and not (self.ctx.deps(a.value) & self.loop_axes):
+            return self.parent.indirect_name(a)
+        hit = self.indirect.get(a)
+        if hit is not None:
+            return hit
+        value = self.emit(a.value)
+        bound = self.index(a.bound)
+        name = self.assign(value, "ix")
+        self.line(f"{name} = tl.where({name} < 0, {name} + {bound}, {name})")
+        if self.ctx.debug:
+            self._bounds_check(name, bound, self.ctx.deps(a.value))
+        self.indirect[a] = name
+        return name
+
+    def _bounds_check(self, name: str, bound: str, deps: frozenset[str]) -> None:
+        """``assert`` (a device assert under ``debug=True``; checked by the interpreter too, which
+        skips ``tl.device_assert``) that a gather index is inside ``[0, bound)``."""
+        ok = f"(0 <= {name}) & ({name} < {bound})"
+        mask = self.ctx.mask(deps)
+        if mask:
+            ok = f"{ok} | (({mask}) == 0)"
+        if deps:
+            ok = f"tl.min(({ok}).to(tl.int8)) > 0"
+        msg = f"loopnest: gather index out of range [0, {bound}) in {self.ctx.kernel.name}"
+        self.line(f'assert {ok}, "{msg}"')
+
+    # -- ExprEmitter hooks ------------------------------------------------------------------------
+    def bind(self, text: str, e: Expr) -> str:
+        return self.assign(text)
+
+    def const(self, e: Const) -> str:
+        return render_const(e.value, e.dtype)
+
+    def typed(self, e: Expr) -> str:
+        """``emit(e)``, with a literal constant turned into a typed scalar (so ``.to`` works)."""
+        value = self.emit(e)
+        return f"tl.full([], {value}, {tl_type(e.dtype)})" if isinstance(e, Const) else value
+
+    def accref(self, e: AccRef) -> str:
+        ctx, key = self.ctx, (e.name, e.output)
+        if key not in ctx.acc_values:
+            ws = ctx.acc_loads[key]
+            ctx.loaded.append(ws)
+            ctx.acc_values[key] = self.root().assign(
+                f"tl.load({ws} + xindex{_mask_arg(ctx.mask({'x'}))})", "fin")
+        return ctx.acc_values[key]
+
+    def load(self, e: Load) -> str:
+        ptr = self.ctx.ptr(e.buffer)
+        off = self.offset(e.buffer, e.index)
+        deps = self.ctx.index_deps(e.index)
+        text = f"tl.load({ptr} + ({off}){_mask_arg(self.ctx.mask(deps), other=True)})"
+        return text + ".to(tl.float32)" if e.dtype.is_low_precision else text
+
+    def index_value(self, e: IndexValue) -> str:
+        text = self.flat(e.index)
+        if not self.ctx.index_deps((e.index,)):
+            return f"tl.full([], {text}, {tl_type(e.dtype)})"
+        return f"({text}).to({tl_type(e.dtype)})"
+
+    def cast(self, value: str, src: Expr, e: Apply) -> str:
+        if isinstance(src, Const):
+            value = f"tl.full([], {value}, {tl_type(src.dtype)})"
+        return render_cast(value, src.dtype, e.dtype)
+
+    def apply(self, e: Apply, args: list[str]) -> str:
+        operand = e.args[1].dtype if e.op is Op.WHERE else e.args[0].dtype
+        return render_op(e.op, args, operand, self.ctx.portable)
+
+    # -- stores ---------------------------------------------------------------------------------
+    def store(self, buffer: str, index: tuple[Index, ...], value: Expr, axes: frozenset[str],
+              shape: str) -> None:
+        """``buffer[index] = value`` over a tile spanning ``axes`` (of Triton shape ``shape``)."""
+        dst: DType = self.ctx.kernel.buffers[buffer].dtype
+        v = self.typed(value)
+        if dst.is_low_precision or dst.is_bool:
+            v = storage_value(v, value.dtype, dst)
+        else:
+            v = render_cast(v, value.dtype, dst)
+        off = self.offset(buffer, index)
+        if self.ctx.index_deps(index) != axes:
+            off = f"({off}) + tl.zeros({shape}, tl.int32)"
+        self.line(f"tl.store({self.ctx.ptr(buffer)} + ({off}), {v}{_mask_arg(self.ctx.mask(axes))})")
+
+
+def _mask_arg(mask: str | None, other: bool = False) -> str:
+    if mask is None:
+        return ""
+    return f", mask={mask}, other=0" if other else f", mask={mask}"

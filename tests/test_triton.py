@@ -1,0 +1,314 @@
+"""Triton backend: every op, every kernel kind and strategy, compared with eager PyTorch.
+
+Runs in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set here before any kernel module is
+loaded; the backend passes the mode to ``triton.jit`` itself, so an earlier ``import triton``
+does not matter). Outputs are NaN-poisoned by conftest (LOOPNEST_POISON) so unwritten elements show.
+"""
+import dataclasses
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import loopnest as ln  # noqa: E402
+from loopnest.backends.registry import get_backend  # noqa: E402
+from loopnest.backends.triton import settings as triton_settings  # noqa: E402
+from loopnest.backends.triton.params import TritonConfig, next_pow2  # noqa: E402
+from loopnest.ir.index import product  # noqa: E402
+from loopnest.pipeline import compile_graph  # noqa: E402
+from loopnest import settings as ln_settings  # noqa: E402
+from loopnest.scheduler import schedule  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+pytestmark = [pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(),
+                                 reason="needs TRITON_INTERPRET=1 or a CUDA GPU"),
+              # the interpreter evaluates both sides of tl.where with numpy, which warns on nan/inf
+              pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning"),
+              # ... and converts runtime loop bounds with int(), which numpy deprecates for 1-element arrays
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")]
+
+
+def rand(*shape, dtype=torch.float32, lo=-3.0, hi=3.0, gen=None):
+    """Uniform random values in [lo, hi) (never all zeros)."""
+    g = gen or torch.Generator().manual_seed(hash(shape) % 1000)
+    return (torch.rand(*shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dtype).to(DEVICE)
+
+
+def tolerances(dtype):
+    return {torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2),
+            torch.float64: (1e-10, 1e-10)}.get(dtype, (3e-5, 3e-5))
+
+
+def check(out, ref, rtol=None, atol=None):
+    assert out.dtype == ref.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
+    if ref.dtype.is_floating_point:
+        dr, da = tolerances(ref.dtype)
+        torch.testing.assert_close(out, ref, rtol=rtol or dr, atol=atol or da, equal_nan=True)
+    else:
+        assert torch.equal(out.cpu(), ref.cpu()), (out, ref)
+
+
+def run(outputs, *args, config=None, name="t", inputs=None):
+    """Compile ``outputs`` for the triton backend and run it; ``config(kernel)`` forces configs."""
+    f = ln.compile(outputs, inputs=inputs, backend="triton", name=name)
+    if config is None:
+        return f(*args)
+    graph = f.graph(*args)
+    backend = get_backend("triton")
+    configs = {k.name: config(k) if k.reductions else backend.default_config(k)
+               for k in schedule(graph, name).kernels}
+    out = compile_graph(graph, "triton", name, configs)(*args)
+    return out[0] if f.single else out
+
+
+def persistent(xblock=2):
+    return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=next_pow2(product(k.rdomain).as_int()),
+                                  strategy="persistent")
+
+
+def looped(xblock=2, rblock=8):
+    return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy="looped")
+
+
+def split(xblock=1, rblock=4, parts=3):
+    return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy="split", SPLIT=parts)
+
+
+STRATEGIES = {"default": None, "persistent": persistent(), "persistent1": persistent(1),
+              "looped": looped(), "looped1": looped(1, 16), "split": split(), "split2": split(2, 8, 4)}
+
+
+def test_backend_device_follows_interpreter_mode():
+    assert get_backend("triton").device == DEVICE
+
+
+def test_interpreter_is_active_and_outputs_poisoned():
+    assert triton_settings.current().interpret == INTERPRET
+    assert ln_settings.poison_outputs()
+
+
+# -- configs ----------------------------------------------------------------------------------------
+def test_config_round_trip_and_validation():
+    cfg = TritonConfig(XBLOCK=4, RBLOCK=256, num_warps=8, strategy="looped")
+    assert TritonConfig.from_json(cfg.to_json()) == cfg
+    assert cfg.to_json()["strategy"] == "looped"
+    for bad in ({"XBLOCK": 3}, {"RBLOCK": 0}, {"num_warps": 64}, {"num_stages": 0}, {"strategy": "nope"},
+                {"XBLOCK": 8192, "RBLOCK": 1024}, {"SPLIT": 4}, {"strategy": "split"}, {"XBLOCK": True}):
+        with pytest.raises((ValueError, TypeError)):
+            TritonConfig(**bad)
+    with pytest.raises(ValueError, match="unknown"):
+        TritonConfig.from_json({"XBLOCK": 4, "BLOCK": 2})
+
+
+def test_validate_config_checks_the_kernel():
+    x = ln.placeholder("x", (4, 100), ln.float32)
+    kernel = schedule(ln.compile(ln.sum(x, 1)).graph(rand(4, 100)), "v").kernels[0]
+    backend = get_backend("triton")
+    assert backend.validate_config(kernel, {"XBLOCK": 1, "RBLOCK": 128}).RBLOCK == 128
+    with pytest.raises(ValueError, match="RBLOCK >= 100"):
+        backend.validate_config(kernel, {"XBLOCK": 1, "RBLOCK": 64, "strategy": "persistent"})
+
+
+# -- reductions ---------------------------------------------------------------------------------------
+def softmax(x):
+    e = ln.exp(x - ln.max(x, 1, keepdim=True))
+    return e / ln.sum(e, 1, keepdim=True)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_softmax(strategy):
+    x = ln.placeholder("x", (5, 37), ln.float32)
+    a = rand(5, 37)
+    check(run(softmax(x), a, config=STRATEGIES[strategy]), torch.softmax(a, 1))
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_layernorm_welford(strategy):
+    x = ln.placeholder("x", (6, 45), ln.float32)
+    w, b = ln.placeholder("w", (45,), ln.float32), ln.placeholder("b", (45,), ln.float32)
+    var, mean = ln.var_mean(x, 1, correction=0, keepdim=True)
+    y = (x - mean) * ln.rsqrt(var + 1e-5) * w + b
+    a, wa, ba = rand(6, 45, lo=2, hi=9), rand(45), rand(45)
+    out = run([y, ln.var_mean(x, 1)[0]], a, wa, ba, config=STRATEGIES[strategy])
+    check(out[0], torch.nn.functional.layer_norm(a, (45,), wa, ba, eps=1e-5), rtol=1e-4, atol=1e-4)
+    check(out[1], torch.var(a, 1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["default", "looped", "split"])
+def test_rmsnorm_bfloat16(strategy):
+    x = ln.placeholder("x", (4, 96), ln.bfloat16)
+    w = ln.placeholder("w", (96,), ln.bfloat16)
+    xf = ln.cast(x, ln.float32)
+    y = ln.cast(xf * ln.rsqrt(ln.mean(xf * xf, 1, keepdim=True) + 1e-6) * ln.cast(w, ln.float32), ln.bfloat16)
+    a, wa = rand(4, 96, dtype=torch.bfloat16), rand(96, dtype=torch.bfloat16)
+    af = a.float()
+    ref = (af * torch.rsqrt(af.pow(2).mean(1, keepdim=True) + 1e-6) * wa.float()).bfloat16()
+    check(run(y, a, wa, config=STRATEGIES[strategy]), ref)
+
+
+@pytest.mark.parametrize("strategy", ["default", "persistent", "looped", "split2"])
+def test_sum_over_dim0_and_strided_rows(strategy):
+    x = ln.placeholder("x", (33, 7), ln.float32)
+    a = rand(33, 7)
+    out = run([ln.sum(x, 0), ln.max(x, 0)], a, config=STRATEGIES[strategy])
+    check(out[0], a.sum(0))
+    check(out[1], a.amax(0))
+
+
+@pytest.mark.parametrize("strategy", ["default", "persistent1", "looped1", "split", "split2"])
+def test_full_reductions(strategy):
+    x = ln.placeholder("x", (9, 13), ln.float32)
+    a = rand(9, 13)
+    a[3, 4] = 7.5  # a unique maximum
+    out = run([ln.sum(x), ln.max(x), ln.min(x), ln.mean(x)], a, config=STRATEGIES[strategy])
+    for got, want in zip(out, [a.sum(), a.amax(), a.amin(), a.mean()]):
+        check(got, want)
+
+
+def test_full_sum_large_default_is_split():
+    x = ln.placeholder("x", (300, 120), ln.float32)
+    a = rand(300, 120)
+    f = ln.compile(ln.sum(x), backend="triton")
+    check(f(a), a.sum(), rtol=1e-4)
+    compiled = next(iter(f.specializations.values()))
+    (cfg,) = compiled.configs.values()
+    assert cfg.strategy.value == "split"
+    source = compiled.backend.codegen(compiled.schedule.kernels[0], cfg)
+    assert "def ln_dsl_0_split0(" in source and "def ln_dsl_0_combine0(" in source
+
+
+def _ties(*shape):
+    """Small integers (many ties), a NaN in row 1, an all-equal row 2."""
+    a = rand(*shape, dtype=torch.float64, lo=-2, hi=3).floor().float()
+    a[1, 5] = float("nan")
+    a[1, 9] = float("nan")
+    a[2] = 1.0
+    return a
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_argmax_argmin_ties_and_nan(strategy):
+    x = ln.placeholder("x", (6, 23), ln.float32)
+    a = _ties(6, 23)
+    out = run([ln.argmax(x, 1), ln.argmin(x, 1), ln.max(x, 1), ln.min(x, 1)], a, config=STRATEGIES[strategy])
+    check(out[0], torch.argmax(a, 1))
+    check(out[1], torch.argmin(a, 1))
+    check(out[2], a.amax(1))
+    check(out[3], a.amin(1))
+
+
+@pytest.mark.parametrize("strategy", ["default", "looped1", "split", "split2"])
+def test_argmax_full_and_integer(strategy):
+    x = ln.placeholder("x", (7, 11), ln.float32)
+    i = ln.placeholder("i", (7, 11), ln.int32)
+    a = rand(7, 11, dtype=torch.float64, lo=-2, hi=3).floor().float()
+    ia = (a * 3).to(torch.int32)
+    out = run([ln.argmax(x), ln.argmin(x), ln.argmax(i, 1), ln.argmin(i, 0)], a, ia, config=STRATEGIES[strategy])
+    for got, want in zip(out, [torch.argmax(a), torch.argmin(a), torch.argmax(ia, 1), torch.argmin(ia, 0)]):
+        check(got, want)
+
+
+@pytest.mark.parametrize("strategy", ["default", "looped", "split"])
+def test_any_all_prod_and_integer_sums(strategy):
+    x = ln.placeholder("x", (5, 19), ln.float32)
+    b = ln.placeholder("b", (5, 19), ln.bool)
+    a = rand(5, 19, lo=0.5, hi=1.5)
+    ba = rand(5, 19) > -1.0
+    ba[0] = True
+    ba[1] = False
+    outs = [ln.any(b, 1), ln.all(b, 1), ln.any(x > 1.4, 1), ln.all(x > 0.6), ln.prod(x, 1), ln.sum(b, 1),
+            ln.max(b, 1), ln.sum(ln.cast(x * 10, ln.int32), 1)]
+    refs = [ba.any(1), ba.all(1), (a > 1.4).any(1), (a > 0.6).all(), a.prod(1), ba.sum(1), ba.amax(1),
+            (a * 10).int().sum(1)]
+    for got, want in zip(run(outs, a, ba, config=STRATEGIES[strategy]), refs):
+        check(got, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["default", "looped", "split2"])
+def test_multi_dim_reductions(strategy):
+    y = ln.placeholder("y", (3, 4, 5), ln.float32)
+    a = rand(3, 4, 5)
+    var, mean = ln.var_mean(y, (0, 2))
+    outs = run([ln.sum(y, (0, 2)), ln.mean(y, (1, 2)), var, mean, ln.argmax(y, 2)], a, config=STRATEGIES[strategy])
+    refs = [a.sum((0, 2)), a.mean((1, 2)), a.var((0, 2)), a.mean((0, 2)), a.argmax(2)]
+    for got, want in zip(outs, refs):
+        check(got, want)
+
+
+# -- gather, symbolic sizes, layouts ----------------------------------------------------------------
+def test_gather_with_negative_indices():
+    x = ln.placeholder("x", (6, 10), ln.float32)
+    idx = ln.placeholder("idx", (6, 4), ln.int64)
+    a = rand(6, 10)
+    ia = rand(6, 4, dtype=torch.float64, lo=-10, hi=10).floor().long()
+    g = ln.gather(x, 1, idx)
+    out = run([g * 2, ln.sum(ln.gather(x, 1, idx), 1)], a, ia, config=looped(2, 2))
+    ref = torch.gather(a, 1, ia % 10)
+    check(out[0], ref * 2)
+    check(out[1], ref.sum(1))
+
+
+def test_gather_bounds_check_in_debug_mode():
+    x = ln.placeholder("x", (4, 8), ln.float32)
+    idx = ln.placeholder("idx", (4, 3), ln.int64)
+    bad = torch.tensor([[0, 1, 2], [3, 4, 8], [0, 0, 0], [1, 1, 1]], device=DEVICE)
+    with triton_settings.scope(debug=True):
+        f = ln.compile(ln.gather(x, 1, idx), backend="triton", name="dbg")
+        source = get_backend("triton").codegen(*_only_kernel(f, rand(4, 8), bad))
+        assert "gather index out of range" in source
+        with pytest.raises(Exception, match="out of range"):
+            f(rand(4, 8), bad)
+    ok = bad.clamp(max=7)
+    check(f(rand(4, 8), ok), torch.gather(rand(4, 8), 1, ok))
+
+
+def _only_kernel(f, *args):
+    compiled = f.compile_for(args)
+    (kernel,) = compiled.schedule.kernels
+    return kernel, compiled.configs[kernel.name]
+
+
+def test_symbolic_sizes_run_at_several_shapes():
+    x = ln.placeholder("x", ("N", "C"), ln.float32)
+    f = ln.compile([softmax(x), ln.sum(x, 0), x * 2 + 1], backend="triton")
+    for shape in [(4, 10), (3, 37), (1, 5)]:
+        a = rand(*shape)
+        out = f(a)
+        check(out[0], torch.softmax(a, 1))
+        check(out[1], a.sum(0))
+        check(out[2], a * 2 + 1)
+    assert len(f.specializations) == 1
+
+
+def test_transposed_access_uses_2d_tiles():
+    x = ln.placeholder("x", (37, 50), ln.float32)
+    a = rand(37, 50)
+    kernel, cfg = _only_kernel(ln.compile(ln.permute(x, 1, 0) + 1), a)
+    cfg = get_backend("triton").default_config(kernel)
+    assert cfg.YBLOCK > 1
+    source = get_backend("triton").codegen(kernel, cfg)
+    assert "yindex" in source and "[YBLOCK, XBLOCK]" not in source.split("def ")[0]
+    check(run(ln.permute(x, 1, 0) + 1, a), a.t() + 1)
+    check(run(ln.permute(x, 1, 0) * 3, a.t().contiguous().t()), a.t() * 3)  # strided input
+
+
+def test_sliced_input_view():
+    x = ln.placeholder("x", (6, 9), ln.float32)
+    base = rand(7, 12)
+    view = base[1:, 2:11]
+    check(run(x * 2, view), view * 2)
+
+
+def test_index64_path_runs():
+    """Force int64 index arithmetic (normally only for buffers of 2**31+ elements)."""
+    x = ln.placeholder("x", (5, 37), ln.float32)
+    a = rand(5, 37)
+    f = ln.compile(softmax(x), backend="triton")
+    compiled = f.compile_for((a,))
+    launcher = next(iter(compiled.launchers.values()))
+    assert launcher.program.index64 is False
+    launcher.program = dataclasses.replace(launcher.program, index64=True)
+    check(compiled(a)[0], torch.softmax(a, 1))
