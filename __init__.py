@@ -10,12 +10,13 @@ from .dsl.functions import (abs, all, any, argmax, argmin, broadcast_to, cast, c
                             sigmoid, sin, sqrt, sum, tanh, var_mean, where)
 from .dsl.tensor import Tensor, placeholder
 from .ir.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8)
+from .lowering import Explanation, compile_fx, explain
 from .runtime.compiled import InputError
 
 bool = bool_  # noqa: A001 - ln.bool mirrors torch.bool
 
 __all__ = [
-    "Tensor", "placeholder", "compile", "counters", "InputError",
+    "Tensor", "placeholder", "compile", "counters", "InputError", "compile_fx", "explain", "Explanation",
     "abs", "all", "any", "argmax", "argmin", "broadcast_to", "cast", "cos", "erf", "exp", "gather",
     "log", "max", "maximum", "mean", "min", "minimum", "permute", "pow", "prod", "reshape", "rsqrt",
     "sigmoid", "sin", "sqrt", "sum", "tanh", "var_mean", "where",

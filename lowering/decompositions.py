@@ -1,0 +1,47 @@
+"""The decomposition table applied before lowering: core ATen plus the composites that
+``core_aten_decompositions()`` leaves intact (softmax, layer/group/batch norm, gelu, dropout, ...).
+
+``var_mean.correction`` is deliberately absent: it has a lowering rule (one Welford pass), and
+the norm decompositions produce it.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+EXTRA = [
+    aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm, aten.gelu,
+    aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit_functional, aten._batch_norm_with_update_functional,
+    aten._batch_norm_no_update, aten.native_dropout, aten.dropout, aten.elu, aten.leaky_relu,
+    aten.diagonal_scatter, aten.dist, aten.addmv, aten.ldexp, aten.upsample_nearest2d.vec,
+    aten._adaptive_avg_pool2d,
+]
+# Not decomposed: var_mean has a rule of its own (one Welford pass instead of several reductions);
+# CPU flash attention stays an ATen call (an Extern), as the design wants for attention, and its
+# core decomposition gives wrong gradients under AOTAutograd on torch 2.13 (a TransformerEncoderLayer
+# backward differs from eager by O(1); see tests/test_dynamo.py).
+KEEP = [aten.var_mean.correction, aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> dict:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA))
+    for op in KEEP:
+        table.pop(op, None)
+    return table
+
+
+def decomposition_table() -> dict:
+    """ATen overload -> decomposition, for AOTAutograd, ``make_fx`` and ``run_decompositions``."""
+    return dict(_table())
+
+
+def has_decomposition(op) -> bool:
+    """True if ``op`` is rewritten by the table (so a graph holding it needs re-tracing)."""
+    return op in _table()

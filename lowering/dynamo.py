@@ -1,0 +1,60 @@
+"""The ``torch.compile(backend="loopnest")`` backend (registered as an entry point in pyproject).
+
+Dynamo hands over a torch-level graph; AOTAutograd functionalizes it, applies the decomposition
+table and partitions it into forward and backward ATen graphs, each lowered and compiled here.
+Options: ``torch.compile(model, backend="loopnest", options={"backend": "cpp", "tune": "db"})``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from .decompositions import decomposition_table
+from .options import CompileOptions
+from .runner import BoxedGraph, LoweredGraph, lower_and_compile
+
+
+class AtenCompiler:
+    """Compiles the ATen graphs AOTAutograd produces (forward, backward or inference)."""
+
+    def __init__(self, options: CompileOptions, backend: str):
+        self.options = options
+        self.backend = backend
+        self.graphs: list[LoweredGraph] = []
+
+    def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
+        """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
+        # options.tune is validated but not used yet: every kernel gets its backend's default config.
+        lowered = lower_and_compile(gm, self.backend, kind)
+        self.graphs.append(lowered)
+        if self.options.recorder is not None:
+            self.options.recorder(lowered)
+        return lowered
+
+    def forward(self, gm, example_inputs):
+        return BoxedGraph(self.compile(gm, "fwd"))
+
+    def backward(self, gm, example_inputs):
+        return BoxedGraph(self.compile(gm, "bwd"))
+
+    def inference(self, gm, example_inputs):
+        return BoxedGraph(self.compile(gm, "inf"))
+
+    def aot(self):
+        """An AOTAutograd wrapper that compiles every graph it produces with this compiler."""
+        return aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
+                            inference_compiler=self.inference, decompositions=decomposition_table())
+
+
+def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options: dict | None = None,
+                     mode: str | None = None, **kwargs):
+    """Dynamo backend: forward and backward through AOTAutograd, compiled by loopnest.
+
+    ``mode`` (torch.compile's) is accepted and ignored: loopnest's knob is ``options["tune"]``."""
+    if kwargs:
+        raise ValueError(f"loopnest backend: unexpected arguments {sorted(kwargs)}; pass options={{...}}")
+    opts = CompileOptions.from_dict(options)
+    compiler = AtenCompiler(opts, opts.backend_for(example_inputs))
+    return compiler.aot()(gm, example_inputs)

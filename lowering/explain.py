@@ -1,0 +1,99 @@
+"""``loopnest.explain``: what loopnest made of a function or module under torch.compile."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..ir.index import Index
+from .runner import LoweredGraph
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One generated kernel."""
+
+    name: str
+    kind: str
+    nodes: tuple[str, ...]
+    bytes_moved: int | str   # str when the sizes are symbolic
+    flops: int | str
+    source_path: Path | None
+
+
+@dataclass(frozen=True)
+class FallbackInfo:
+    """One ATen op called through ATen rather than compiled."""
+
+    op: str
+    reason: str
+
+
+@dataclass
+class GraphInfo:
+    """One compiled FX graph (a forward, backward or inference graph)."""
+
+    name: str
+    backend: str
+    num_fx_nodes: int
+    lowering_ms: float
+    compile_ms: float
+    kernels: list[KernelInfo] = field(default_factory=list)
+    fallbacks: list[FallbackInfo] = field(default_factory=list)
+
+    @staticmethod
+    def from_lowered(g: LoweredGraph) -> "GraphInfo":
+        s = g.stats
+        kernels = [KernelInfo(k.name, k.kind, tuple(k.nodes), _number(k.bytes_moved()), _number(k.flops()),
+                              s.source_path) for k in g.compiled.schedule.kernels]
+        fallbacks = [FallbackInfo(f.op, f.reason) for f in g.program.fallbacks]
+        return GraphInfo(s.name, s.backend, s.num_fx_nodes, s.lowering_ms, s.compile_ms, kernels, fallbacks)
+
+
+def _number(e: Index) -> int | str:
+    c = e.as_int()
+    return c if c is not None else str(e)
+
+
+@dataclass
+class Explanation:
+    """The graphs torch.compile produced for a function, each with its kernels and fallbacks."""
+
+    graphs: list[GraphInfo]
+
+    @property
+    def num_kernels(self) -> int:
+        return sum(len(g.kernels) for g in self.graphs)
+
+    @property
+    def fallbacks(self) -> list[FallbackInfo]:
+        return [f for g in self.graphs for f in g.fallbacks]
+
+    def __str__(self) -> str:
+        lines = [f"loopnest: {len(self.graphs)} graph(s), {self.num_kernels} kernel(s), "
+                 f"{len(self.fallbacks)} fallback(s)"]
+        for g in self.graphs:
+            lines.append(f"graph {g.name} [{g.backend}]: {g.num_fx_nodes} FX nodes, lowered in "
+                         f"{g.lowering_ms:.1f} ms, compiled in {g.compile_ms:.0f} ms")
+            for k in g.kernels:
+                lines.append(f"  kernel {k.name} ({k.kind}): {len(k.nodes)} node(s), {k.bytes_moved} bytes, "
+                             f"{k.flops} flops")
+                lines.append(f"    nodes: {', '.join(k.nodes)}")
+            for f in g.fallbacks:
+                lines.append(f"  fallback {f.op}: {f.reason}")
+            if g.kernels and g.kernels[0].source_path:
+                lines.append(f"  source: {g.kernels[0].source_path}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(fn, *example_inputs, **options) -> Explanation:
+    """Compile ``fn`` (function or module) with ``torch.compile(backend="loopnest")``, run it once
+    on ``example_inputs``, and describe every graph compiled during that run. ``options`` are the
+    backend's (``backend=``, ``tune=``)."""
+    recorded: list[LoweredGraph] = []
+    compiled = torch.compile(fn, backend="loopnest", options={**options, "recorder": recorded.append})
+    compiled(*example_inputs)
+    return Explanation([GraphInfo.from_lowered(g) for g in recorded])

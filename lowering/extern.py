@@ -1,0 +1,105 @@
+"""Extern fallback: call the ATen op itself at run time, between loopnest kernels.
+
+Output shapes, dtypes and strides come from the node's traced value (the op run on fake tensors
+during tracing). Symbolic sizes among the arguments are evaluated at call time from the symbol
+values of the running graph (``SYMBOL_ENV``). Every fallback records its reason.
+"""
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+import torch
+
+from ..dsl.tensor import extern
+from ..ir import dtypes as dt
+from ..ir.index import Index, evaluate
+from .registry import LoweringContext, LoweringError
+from .symbolic import shape_of, strides_of
+
+aten = torch.ops.aten
+
+# symbol name -> value while a lowered graph runs (read by extern calls with symbolic arguments)
+SYMBOL_ENV: contextvars.ContextVar[dict] = contextvars.ContextVar("loopnest_symbol_env", default={})
+
+_BY_DESIGN = {
+    "mm": "matrix multiply: called through ATen (BLAS)",
+    "bmm": "matrix multiply: called through ATen (BLAS)",
+    "addmm": "matrix multiply: called through ATen (BLAS)",
+    "baddbmm": "matrix multiply: called through ATen (BLAS)",
+    "convolution": "convolution: called through ATen",
+    "convolution_backward": "convolution: called through ATen",
+    "_scaled_dot_product_flash_attention_for_cpu": "attention: called through ATen",
+    "_scaled_dot_product_efficient_attention": "attention: called through ATen",
+    "_scaled_dot_product_flash_attention": "attention: called through ATen",
+    "sort": "sorting: called through ATen",
+    "topk": "sorting: called through ATen",
+}
+_RANDOM = ("rand", "randn", "randint", "bernoulli", "normal", "uniform", "exponential", "multinomial",
+           "randperm", "rand_like", "randn_like", "randint_like", "native_dropout")
+
+
+def default_reason(op) -> str:
+    """Why ``op`` has no lowering rule, in words."""
+    name = getattr(op, "_opname", None) or getattr(op, "__name__", str(op))
+    if name in _BY_DESIGN:
+        return _BY_DESIGN[name]
+    if name in _RANDOM:
+        return "random number generation: called through ATen"
+    if isinstance(op, torch._ops.OpOverload) and op.namespace not in ("aten", "prims"):
+        return f"custom op {op.namespace}::{name}: called as is"
+    return "no lowering rule"
+
+
+@dataclass
+class ExternFn:
+    """Calls ``op`` with symbolic sizes evaluated; returns only the tensor results, in order."""
+
+    op: object
+    tensor_outputs: tuple[int, ...] | None  # positions of tensors in a tuple result; None: one tensor
+
+    def __call__(self, *args, **kwargs):
+        env = SYMBOL_ENV.get()
+        result = self.op(*_resolve(args, env), **_resolve(kwargs, env))
+        if self.tensor_outputs is None:
+            return result
+        return tuple(result[k] for k in self.tensor_outputs)
+
+
+def _resolve(tree, env):
+    if isinstance(tree, Index):
+        return evaluate(tree, env)
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_resolve(x, env) for x in tree)
+    if isinstance(tree, dict):
+        return {k: _resolve(v, env) for k, v in tree.items()}
+    return tree
+
+
+def _spec(value: torch.Tensor, node) -> tuple:
+    try:
+        dtype = dt.to_dtype(value.dtype)
+    except TypeError as e:
+        raise LoweringError(f"{node.format_node()}: {e}") from None
+    strides = None if value.is_contiguous() else strides_of(value)
+    return shape_of(value), dtype, strides
+
+
+def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
+    """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
+    node, val = ctx.node, ctx.val
+    if isinstance(val, torch.Tensor):
+        (out,) = extern(str(node.target), ExternFn(node.target, None), args, kwargs, [_spec(val, node)], reason)
+        return out
+    if isinstance(val, (tuple, list)):
+        positions = tuple(k for k, v in enumerate(val) if isinstance(v, torch.Tensor))
+        if any(v is not None and not isinstance(v, torch.Tensor) for v in val):
+            raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
+        outs = extern(str(node.target), ExternFn(node.target, positions), args, kwargs,
+                      [_spec(val[k], node) for k in positions], reason) if positions else ()
+        result = [None] * len(val)
+        for k, t in zip(positions, outs):
+            result[k] = t
+        return tuple(result)
+    raise LoweringError(f"{node.format_node()}: cannot call {node.target} through ATen: its traced "
+                        f"output is {type(val).__name__}, not tensors")

@@ -1,0 +1,271 @@
+"""FX graph of ATen ops -> DSL tensors -> ``ir.Graph``, plus what the runtime needs to call it.
+
+Each FX node is lowered by its rule from ``registry.LOWERINGS`` (or becomes an Extern call), the
+result is checked against the node's traced shape and cast to its traced dtype, and the graph's
+outputs are built by ``dsl.build.GraphBuilder``. ``LoweredProgram`` records how the FX calling
+convention maps onto the compiled graph: which arguments are tensors, where each symbolic size
+comes from, which outputs are passed-through inputs, SymInts or constants, and which inputs are
+mutated (``copy_`` into an input).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from ..dsl import functions as F
+from ..dsl.build import GraphBuilder
+from ..dsl.tensor import PlaceholderSrc, Tensor, placeholder
+from ..ir import dtypes as dt
+from ..ir.index import Index, contiguous_strides
+from ..ir.nodes import Graph, Layout
+from . import extern as ext
+from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
+from .symbolic import bare_symbol, shape_of, strides_of, symbols_in, to_index
+
+aten = torch.ops.aten
+_IGNORED = {aten._assert_scalar.default, aten.sym_constrain_range_for_size.default,
+            aten._assert_tensor_metadata.default, aten.sym_constrain_range.default}
+
+
+@dataclass
+class Fallback:
+    """An ATen op called through ATen instead of compiled, and why."""
+
+    op: str
+    reason: str
+    node: str
+
+
+@dataclass
+class TensorInput:
+    """FX argument ``position`` is a tensor, compiled with ``layout``."""
+
+    position: int
+    tensor: Tensor
+    contiguous: bool
+    strides: tuple[Index, ...]
+
+
+@dataclass
+class LoweredProgram:
+    """The IR graph of an FX graph and the map between the two calling conventions."""
+
+    graph: Graph
+    num_args: int
+    tensor_inputs: list[TensorInput]
+    constants: list[torch.Tensor]             # get_attr tensors, bound after the arguments
+    sym_sources: dict[str, tuple[int, int | None]]  # symbol -> (argument, dim or None for a SymInt)
+    carriers: list[str]                       # symbols passed as stride-0 "size carrier" tensors
+    outputs: Any                              # FX output tree with ``OutputLeaf`` leaves
+    mutations: list[tuple[int, "OutputLeaf"]]  # (argument, value) pairs: arg.copy_(value)
+    fallbacks: list[Fallback] = field(default_factory=list)
+
+
+class FxLowering:
+    """Lowers one FX GraphModule whose nodes carry traced values (``meta["val"]``)."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.tensor_inputs: list[TensorInput] = []
+        self.constants: list[tuple[Tensor, torch.Tensor]] = []
+        self.sym_sources: dict[str, tuple[int, int | None]] = {}
+        self.fallbacks: list[Fallback] = []
+        self.mutations: list[tuple[int, Tensor]] = []
+        self.num_args = 0
+
+    # -- driver ---------------------------------------------------------------------------------
+    def run(self) -> LoweredProgram:
+        """Lower every node and build the IR graph."""
+        output = None
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._get_attr(node)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                output = node.args[0]
+            else:
+                raise LoweringError(f"{node.format_node()}: {node.op} nodes are not ATen; trace the "
+                                    f"graph with make_fx or AOTAutograd first")
+        return self._build(output)
+
+    def _placeholder(self, node: torch.fx.Node):
+        position = self.num_args
+        self.num_args += 1
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            shape = shape_of(val)
+            t = placeholder(f"in_{node.name}", shape, dt.to_dtype(val.dtype))
+            contiguous = val.is_contiguous()
+            strides = contiguous_strides(shape) if contiguous else strides_of(val)
+            self.tensor_inputs.append(TensorInput(position, t, contiguous, strides))
+            for d, s in enumerate(shape):
+                name = bare_symbol(s)
+                if name is not None:
+                    self.sym_sources.setdefault(name, (position, d))
+            return t
+        if isinstance(val, torch.SymInt):
+            index = to_index(val)
+            name = bare_symbol(index)
+            if name is not None and name not in self.sym_sources:
+                self.sym_sources[name] = (position, None)
+            return index
+        if val is None or isinstance(val, (bool, int, float)):
+            return val
+        raise LoweringError(f"{node.format_node()}: unsupported graph input {type(val).__name__}")
+
+    def _get_attr(self, node: torch.fx.Node):
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            raise LoweringError(f"{node.format_node()}: attribute of type {type(value).__name__}")
+        t = placeholder(f"const_{len(self.constants)}", tuple(value.shape), dt.to_dtype(value.dtype))
+        self.constants.append((t, value))
+        return t
+
+    # -- call_function ---------------------------------------------------------------------------
+    def _call(self, node: torch.fx.Node):
+        target = node.target
+        if target is operator.getitem:
+            return self._arg(node.args[0])[node.args[1]]
+        if target in _IGNORED:
+            return None
+        val = node.meta.get("val")
+        if not isinstance(target, OpOverload) or _is_scalar(val):
+            return self._scalar(node, val)
+        args = self._arg(node.args)
+        kwargs = self._arg(dict(node.kwargs))
+        if target is aten.copy_.default:
+            return self._copy_into(node, *args)
+        ctx = LoweringContext(node)
+        rule = LOWERINGS.get(target)
+        if rule is None:
+            return self._extern(ctx, args, kwargs, ext.default_reason(target))
+        try:
+            result = rule(ctx, *args, **kwargs)
+        except Unsupported as e:
+            return self._extern(ctx, args, kwargs, str(e))
+        return _conform(node, result, val)
+
+    def _scalar(self, node, val):
+        """Size arithmetic (``sym_size``, ``s0 * s1``, ...): the traced value says the result."""
+        if isinstance(val, torch.SymInt) or (isinstance(val, int) and not isinstance(val, bool)):
+            return to_index(val)
+        if isinstance(val, (bool, float)):
+            return val
+        raise LoweringError(f"{node.format_node()}: {node.target} is not an ATen op and its value "
+                            f"{val!r} is not a size")
+
+    def _extern(self, ctx: LoweringContext, args, kwargs, reason: str):
+        self.fallbacks.append(Fallback(str(ctx.node.target), reason, ctx.node.name))
+        return ext.lower_extern(ctx, args, kwargs, reason)
+
+    def _copy_into(self, node, dst, src, non_blocking=False):
+        """``dst.copy_(src)`` on a graph input (functionalized input mutation)."""
+        if not isinstance(dst, Tensor) or not isinstance(dst.src, PlaceholderSrc):
+            raise LoweringError(f"{node.format_node()}: copy_ into a non-input tensor")
+        value = F.broadcast_to(F.cast(src, dst.dtype), dst.shape) if isinstance(src, Tensor) else src
+        position = next(i.position for i in self.tensor_inputs if i.tensor is dst)
+        self.mutations.append((position, value))
+        return value
+
+    def _arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._arg(v) for k, v in a.items()}
+        if isinstance(a, torch.SymInt):
+            return to_index(a)
+        return a
+
+    # -- building -----------------------------------------------------------------------------------
+    def _build(self, output) -> LoweredProgram:
+        graph_outputs: list[Tensor] = []
+        slot: dict[int, int] = {}
+        inputs = {ti.tensor.id: ti.position for ti in self.tensor_inputs}
+
+        def leaf(v):
+            if isinstance(v, Tensor):
+                if v.id in inputs:
+                    return OutputLeaf("arg", inputs[v.id])
+                if v.id not in slot:
+                    slot[v.id] = len(graph_outputs)
+                    graph_outputs.append(v)
+                return OutputLeaf("graph", slot[v.id])
+            if isinstance(v, Index):
+                c = v.as_int()
+                return OutputLeaf("value", c) if c is not None else OutputLeaf("size", v)
+            return OutputLeaf("value", v)
+
+        plan = _tree_map(leaf, self._arg(output))
+        mutations = [(pos, leaf(v)) for pos, v in self.mutations]
+        sources, carriers = self._symbol_sources()
+        carrier_tensors = [placeholder(f"sym_{name}", (name,), dt.float32) for name in carriers]
+        layouts = {ti.tensor.src.name: Layout(ti.tensor.shape, ti.strides) for ti in self.tensor_inputs}
+        for t, _ in self.constants:
+            layouts[t.src.name] = Layout.contiguous(t.shape)
+        for t in carrier_tensors:
+            layouts[t.src.name] = Layout(t.shape, (Index.of(0),))
+        dsl_inputs = ([ti.tensor for ti in self.tensor_inputs] + [t for t, _ in self.constants]
+                      + carrier_tensors)
+        graph = GraphBuilder(layouts).build(dsl_inputs, graph_outputs)
+        return LoweredProgram(graph, self.num_args, self.tensor_inputs, [c for _, c in self.constants],
+                              sources, carriers, plan, mutations, self.fallbacks)
+
+    def _symbol_sources(self) -> tuple[dict, list[str]]:
+        """Where each symbol's value comes from; symbols known only from SymInt arguments get a
+        size-carrier input so the compiled graph can bind them."""
+        in_dims = {k: v for k, v in self.sym_sources.items() if v[1] is not None}
+        scalars = {k: v for k, v in self.sym_sources.items() if v[1] is None and k not in in_dims}
+        for ti in self.tensor_inputs:
+            for s in ti.tensor.shape + ti.strides:
+                missing = symbols_in(s) - set(in_dims) - set(scalars)
+                if missing:
+                    raise LoweringError(f"input {ti.tensor.src.name} has size {s}: cannot bind "
+                                        f"{', '.join(sorted(missing))} from the graph's arguments")
+        return {**scalars, **in_dims}, sorted(scalars)
+
+
+@dataclass(frozen=True)
+class OutputLeaf:
+    """One output value: ``graph`` (compiled output k), ``arg`` (an input passed through),
+    ``size`` (an Index evaluated at run time) or ``value`` (a constant)."""
+
+    kind: str
+    value: Any
+
+
+def _tree_map(fn, tree):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_tree_map(fn, x) for x in tree)
+    return fn(tree)
+
+
+def _is_scalar(val) -> bool:
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def _conform(node: torch.fx.Node, result, val):
+    """Check a rule's result against the traced value; cast to the traced dtype."""
+    if isinstance(result, Tensor) and isinstance(val, torch.Tensor):
+        return _conform_tensor(node, result, val)
+    if isinstance(result, tuple) and isinstance(val, (tuple, list)):
+        return tuple(_conform_tensor(node, r, v) if isinstance(r, Tensor) else r for r, v in zip(result, val))
+    return result
+
+
+def _conform_tensor(node: torch.fx.Node, t: Tensor, val: torch.Tensor) -> Tensor:
+    shape = shape_of(val)
+    if tuple(t.shape) != shape:
+        raise LoweringError(f"{node.format_node()}: the rule for {node.target} produced shape "
+                            f"{tuple(map(str, t.shape))}, the traced value has {tuple(map(str, shape))}")
+    dtype = dt.to_dtype(val.dtype)
+    return t if t.dtype == dtype else F.cast(t, dtype)

@@ -1,0 +1,338 @@
+"""Elementwise ATen ops: families from small tables (aten op -> IR op), then the compound ones.
+
+Type promotion is read from the traced graph: arithmetic computes in the node's output dtype,
+comparisons in ``torch.result_type`` of their operands, so the lowering agrees with eager PyTorch
+by construction (integer -> float for ``exp``, tensor-scalar category rules, 0-d tensors).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..dsl import functions as F
+from ..dsl.tensor import Tensor
+from ..ir import dtypes as dt
+from ..ir.dtypes import DType
+from ..ir.index import Index
+from ..ir.ops import Op
+from . import tensors as T
+from .registry import LoweringContext, Unsupported, register_family, register_lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def operand(value, dtype: DType | None = None):
+    """A rule argument as an ``apply`` operand: tensors cast to ``dtype``, SymInts as 0-d tensors."""
+    if isinstance(value, Tensor):
+        return value if dtype is None else T.cast(value, dtype)
+    if isinstance(value, Index):
+        t = T.size_value(value)
+        return t if dtype is None else T.cast(t, dtype)
+    if isinstance(value, (bool, int, float)):
+        if dtype is not None and dtype.is_bool:
+            return bool(value)
+        if dtype is not None and dtype.is_int and isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported(f"symbolic scalar operand {value}")
+    raise Unsupported(f"operand of type {type(value).__name__}")
+
+
+def _tensor_like(ctx: LoweringContext, args) -> Tensor:
+    """A broadcast-shaped anchor: ops on Python scalars alone still need one tensor operand."""
+    for a in args:
+        if isinstance(a, Tensor):
+            return a
+    return T.full(ctx.out_shape(), 0, ctx.out_dtype())
+
+
+def compute(ctx: LoweringContext, op: Op, args, dtype: DType) -> Tensor:
+    """``op`` over ``args`` computed in ``dtype`` (every tensor operand cast to it)."""
+    ops = [operand(a, dtype) for a in args]
+    if not any(isinstance(a, Tensor) for a in ops):
+        ops[0] = T.full((), ops[0], dtype)
+    return F.apply(op, *ops)
+
+
+def compare_dtype(ctx: LoweringContext, n: int = 2) -> DType:
+    """The dtype PyTorch compares operands ``0..n-1`` of the node in."""
+    vals = [ctx.arg_val(k) for k in range(n)]
+    if n == 1:
+        return dt.to_dtype(vals[0].dtype)
+    return dt.to_dtype(torch.result_type(*[_for_result_type(v) for v in vals]))
+
+
+def _for_result_type(v):
+    if isinstance(v, torch.SymInt):
+        return 1
+    if isinstance(v, torch.SymFloat):
+        return 1.0
+    if isinstance(v, torch.SymBool):
+        return True
+    return v
+
+
+# -- families -------------------------------------------------------------------------------------
+def _arith(op: Op):
+    """Compute in the output dtype (covers int->float ops like exp and true division)."""
+
+    def rule(ctx, *args):
+        out = ctx.out_dtype()
+        if out.is_bool and op in _BOOL_AS:
+            return compute(ctx, _BOOL_AS[op], args, out)
+        return compute(ctx, op, args, out)
+
+    return rule
+
+
+_BOOL_AS = {Op.BITAND: Op.AND, Op.BITOR: Op.OR, Op.BITXOR: Op.XOR, Op.BITNOT: Op.NOT,
+            Op.ADD: Op.OR, Op.MUL: Op.AND, Op.MAXIMUM: Op.OR, Op.MINIMUM: Op.AND}
+
+
+def _compare(op: Op):
+    def rule(ctx, a, b):
+        return compute(ctx, op, (a, b), compare_dtype(ctx))
+
+    return rule
+
+
+def _logical(op: Op):
+    def rule(ctx, *args):
+        return compute(ctx, op, args, dt.bool_)
+
+    return rule
+
+
+def _float_predicate(op: Op):
+    def rule(ctx, x):
+        if not x.dtype.is_float:
+            return T.full(x.shape, False, dt.bool_)
+        return F.apply(op, x)
+
+    return rule
+
+
+def _rounding(op: Op):
+    def rule(ctx, x):
+        return T.copy(x) if not x.dtype.is_float else F.apply(op, x)
+
+    return rule
+
+
+UNARY = {
+    aten.abs.default: Op.ABS, aten.neg.default: Op.NEG, aten.reciprocal.default: Op.RECIPROCAL,
+    aten.sign.default: Op.SIGN, aten.sgn.default: Op.SIGN, aten.exp.default: Op.EXP,
+    aten.exp2.default: Op.EXP2, aten.expm1.default: Op.EXPM1, aten.log.default: Op.LOG,
+    aten.log2.default: Op.LOG2, aten.log10.default: Op.LOG10, aten.log1p.default: Op.LOG1P,
+    aten.sqrt.default: Op.SQRT, aten.rsqrt.default: Op.RSQRT, aten.sin.default: Op.SIN,
+    aten.cos.default: Op.COS, aten.tan.default: Op.TAN, aten.asin.default: Op.ASIN,
+    aten.acos.default: Op.ACOS, aten.atan.default: Op.ATAN, aten.sinh.default: Op.SINH,
+    aten.cosh.default: Op.COSH, aten.tanh.default: Op.TANH, aten.asinh.default: Op.ASINH,
+    aten.acosh.default: Op.ACOSH, aten.atanh.default: Op.ATANH, aten.sigmoid.default: Op.SIGMOID,
+    aten.erf.default: Op.ERF, aten.erfc.default: Op.ERFC, aten.erfinv.default: Op.ERFINV,
+    aten.bitwise_not.default: Op.BITNOT,
+}
+BINARY = {
+    aten.mul.Tensor: Op.MUL, aten.mul.Scalar: Op.MUL,
+    aten.div.Tensor: Op.TRUEDIV, aten.div.Scalar: Op.TRUEDIV,
+    aten.remainder.Tensor: Op.MOD, aten.remainder.Scalar: Op.MOD, aten.remainder.Scalar_Tensor: Op.MOD,
+    aten.fmod.Tensor: Op.FMOD, aten.fmod.Scalar: Op.FMOD,
+    aten.pow.Tensor_Tensor: Op.POW, aten.pow.Tensor_Scalar: Op.POW, aten.pow.Scalar: Op.POW,
+    aten.atan2.default: Op.ATAN2, aten.maximum.default: Op.MAXIMUM, aten.minimum.default: Op.MINIMUM,
+    aten.copysign.Tensor: Op.COPYSIGN, aten.copysign.Scalar: Op.COPYSIGN,
+    aten.floor_divide.default: Op.FLOORDIV, aten.floor_divide.Scalar: Op.FLOORDIV,
+    aten.bitwise_and.Tensor: Op.BITAND, aten.bitwise_and.Scalar: Op.BITAND,
+    aten.bitwise_and.Scalar_Tensor: Op.BITAND,
+    aten.bitwise_or.Tensor: Op.BITOR, aten.bitwise_or.Scalar: Op.BITOR, aten.bitwise_or.Scalar_Tensor: Op.BITOR,
+    aten.bitwise_xor.Tensor: Op.BITXOR, aten.bitwise_xor.Scalar: Op.BITXOR,
+    aten.bitwise_xor.Scalar_Tensor: Op.BITXOR,
+    aten.bitwise_left_shift.Tensor: Op.LSHIFT, aten.bitwise_left_shift.Tensor_Scalar: Op.LSHIFT,
+    aten.bitwise_left_shift.Scalar_Tensor: Op.LSHIFT, aten.__lshift__.Scalar: Op.LSHIFT,
+    aten.__lshift__.Tensor: Op.LSHIFT,
+    aten.bitwise_right_shift.Tensor: Op.RSHIFT, aten.bitwise_right_shift.Tensor_Scalar: Op.RSHIFT,
+    aten.bitwise_right_shift.Scalar_Tensor: Op.RSHIFT, aten.__rshift__.Scalar: Op.RSHIFT,
+    aten.__rshift__.Tensor: Op.RSHIFT,
+}
+COMPARE = {
+    aten.eq.Tensor: Op.EQ, aten.eq.Scalar: Op.EQ, aten.ne.Tensor: Op.NE, aten.ne.Scalar: Op.NE,
+    aten.lt.Tensor: Op.LT, aten.lt.Scalar: Op.LT, aten.le.Tensor: Op.LE, aten.le.Scalar: Op.LE,
+    aten.gt.Tensor: Op.GT, aten.gt.Scalar: Op.GT, aten.ge.Tensor: Op.GE, aten.ge.Scalar: Op.GE,
+}
+LOGICAL = {aten.logical_and.default: Op.AND, aten.logical_or.default: Op.OR,
+           aten.logical_xor.default: Op.XOR, aten.logical_not.default: Op.NOT}
+FLOAT_PREDICATES = {aten.isnan.default: Op.ISNAN, aten.isinf.default: Op.ISINF}
+ROUNDING = {aten.floor.default: Op.FLOOR, aten.ceil.default: Op.CEIL, aten.trunc.default: Op.TRUNC,
+            aten.round.default: Op.ROUND}
+
+register_family(UNARY, _arith)
+register_family(BINARY, _arith)
+register_family(COMPARE, _compare)
+register_family(LOGICAL, _logical)
+register_family(FLOAT_PREDICATES, _float_predicate)
+register_family(ROUNDING, _rounding)
+
+
+# -- arithmetic with extra arguments ------------------------------------------------------------
+def _scaled(ctx, b, alpha, dtype: DType):
+    if alpha is None or alpha == 1:
+        return b
+    return compute(ctx, Op.MUL, (b, alpha), dtype)
+
+
+@register_lowering(aten.add.Tensor, aten.add.Scalar)
+def _add(ctx, a, b, alpha=1):
+    out = ctx.out_dtype()
+    if out.is_bool:
+        return compute(ctx, Op.OR, (a, b), out)
+    return compute(ctx, Op.ADD, (a, _scaled(ctx, operand(b, out), alpha, out)), out)
+
+
+@register_lowering(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(ctx, a, b, alpha=1):
+    out = ctx.out_dtype()
+    return compute(ctx, Op.SUB, (a, _scaled(ctx, operand(b, out), alpha, out)), out)
+
+
+@register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, a, b, alpha=1):
+    out = ctx.out_dtype()
+    return compute(ctx, Op.SUB, (b, _scaled(ctx, operand(a, out), alpha, out)), out)
+
+
+@register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(ctx, a, b, rounding_mode=None):
+    out = ctx.out_dtype()
+    if rounding_mode is None:
+        return compute(ctx, Op.TRUEDIV, (a, b), out)
+    if rounding_mode == "floor":
+        return compute(ctx, Op.FLOORDIV, (a, b), out)
+    if out.is_float:
+        return F.apply(Op.TRUNC, compute(ctx, Op.TRUEDIV, (a, b), out))
+    # integer division toward zero: floor, plus one where the signs differ and b does not divide a
+    q = compute(ctx, Op.FLOORDIV, (a, b), out)
+    r = compute(ctx, Op.MOD, (a, b), out)
+    signs_differ = F.apply(Op.NE, compute(ctx, Op.LT, (a, 0), out), compute(ctx, Op.LT, (b, 0), out))
+    fix = F.apply(Op.AND, F.apply(Op.NE, r, 0), signs_differ)
+    return F.where(fix, F.apply(Op.ADD, q, 1), q)
+
+
+@register_lowering(aten.round.decimals)
+def _round_decimals(ctx, x, decimals=0):
+    scale = 10.0 ** decimals
+    if decimals >= 0:
+        return F.apply(Op.TRUEDIV, F.apply(Op.ROUND, F.apply(Op.MUL, x, scale)), scale)
+    inv = 10.0 ** -decimals
+    return F.apply(Op.MUL, F.apply(Op.ROUND, F.apply(Op.TRUEDIV, x, inv)), inv)
+
+
+@register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(ctx, cond, a, b):
+    out = ctx.out_dtype()
+    c = operand(cond, dt.bool_)
+    x, y = operand(a, out), operand(b, out)
+    if not any(isinstance(v, Tensor) for v in (c, x, y)):
+        c = T.full((), c, dt.bool_)
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        x = T.full((), x, out)
+    return T.cast(F.where(c, x, y), out)
+
+
+def _clamp(ctx, x, lo=None, hi=None):
+    out = ctx.out_dtype()
+    y = operand(x, out)
+    if lo is not None:
+        y = compute(ctx, Op.MAXIMUM, (y, lo), out)
+    if hi is not None:
+        y = compute(ctx, Op.MINIMUM, (y, hi), out)
+    return y if y is not x else T.copy(y)
+
+
+register_lowering(aten.clamp.default, aten.clamp.Tensor)(_clamp)
+register_lowering(aten.clamp_min.default, aten.clamp_min.Tensor)(lambda ctx, x, lo: _clamp(ctx, x, lo, None))
+register_lowering(aten.clamp_max.default, aten.clamp_max.Tensor)(lambda ctx, x, hi: _clamp(ctx, x, None, hi))
+register_lowering(aten.hardtanh.default)(lambda ctx, x, lo=-1.0, hi=1.0: _clamp(ctx, x, lo, hi))
+
+
+@register_lowering(aten.relu.default)
+def _relu(ctx, x):
+    return F.maximum(x, T.full((), False if x.dtype.is_bool else 0, x.dtype))
+
+
+def _nan_ignoring(op: Op):
+    """fmax/fmin: the non-NaN operand when exactly one is NaN."""
+
+    def rule(ctx, a, b):
+        out = ctx.out_dtype()
+        x, y = operand(a, out), operand(b, out)
+        m = compute(ctx, op, (x, y), out)
+        if not out.is_float:
+            return m
+        return F.where(F.apply(Op.ISNAN, x), y, F.where(F.apply(Op.ISNAN, y), x, m))
+
+    return rule
+
+
+register_lowering(aten.fmax.default)(_nan_ignoring(Op.MAXIMUM))
+register_lowering(aten.fmin.default)(_nan_ignoring(Op.MINIMUM))
+
+
+@register_lowering(aten.hypot.default)
+def _hypot(ctx, a, b):
+    out = ctx.out_dtype()
+    x, y = F.apply(Op.ABS, operand(a, out)), F.apply(Op.ABS, operand(b, out))
+    hi, lo = F.maximum(x, y), F.minimum(x, y)
+    ratio = F.where(F.apply(Op.EQ, hi, 0.0), 0.0, F.apply(Op.TRUEDIV, lo, hi))
+    r = F.apply(Op.MUL, hi, F.sqrt(F.apply(Op.ADD, F.apply(Op.MUL, ratio, ratio), 1.0)))
+    return F.where(F.apply(Op.ISINF, x) | F.apply(Op.ISINF, y), math.inf, r)
+
+
+@register_lowering(aten.signbit.default)
+def _signbit(ctx, x):
+    if x.dtype.is_bool:
+        return T.full(x.shape, False, dt.bool_)
+    if not x.dtype.is_float:
+        return F.apply(Op.LT, x, 0)
+    return F.apply(Op.LT, F.apply(Op.COPYSIGN, T.full((), 1.0, x.dtype), x), 0.0)
+
+
+@register_lowering(aten.heaviside.default)
+def _heaviside(ctx, x, values):
+    out = ctx.out_dtype()
+    x, v = operand(x, out), operand(values, out)
+    one, zero = T.full((), 1, out), T.full((), 0, out)
+    return F.where(F.apply(Op.EQ, x, 0), v, F.where(F.apply(Op.GT, x, 0), one, zero))
+
+
+# -- conversions and copies ---------------------------------------------------------------------
+@register_lowering(aten._to_copy.default)
+def _to_copy(ctx, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and torch.device(device).type != ctx.arg_val(0).device.type:
+        raise Unsupported(f"device transfer to {device}")
+    return T.copy(T.cast(x, ctx.out_dtype()))
+
+
+@register_lowering(prims.convert_element_type.default)
+def _convert(ctx, x, dtype):
+    return T.copy(T.cast(x, dt.to_dtype(dtype)))
+
+
+@register_lowering(aten.clone.default, aten.lift_fresh_copy.default)
+def _clone(ctx, x, memory_format=None):
+    return T.copy(x)
+
+
+@register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
+def _alias(ctx, x):
+    return x
+
+
+@register_lowering(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(ctx, x, value):
+    out = ctx.out_dtype()
+    if isinstance(value, Tensor):
+        return T.expand(T.cast(value, out), x.shape)
+    return T.full(x.shape, value, out)

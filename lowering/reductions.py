@@ -1,0 +1,214 @@
+"""Reductions over any set of dimensions, with keepdim: sums, extremes, arg-extremes, Welford
+variance, boolean any/all and the norms and log-sum-exp built from them."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..dsl import functions as F
+from ..dsl.tensor import Tensor
+from ..ir import dtypes as dt
+from ..ir.dtypes import DType
+from ..ir.ops import Op
+from . import tensors as T
+from .registry import LoweringContext, register_lowering
+from .views import norm_dim
+
+aten = torch.ops.aten
+
+
+def reduce_axes(x: Tensor, dim) -> tuple[int, ...]:
+    """The axes ``dim`` names (None or [] mean all, as in ATen), sorted and normalized."""
+    if x.ndim == 0:
+        return ()
+    if dim is None:
+        return tuple(range(x.ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return tuple(range(x.ndim))
+    return tuple(sorted({norm_dim(d, x.ndim) for d in dim}))
+
+
+def _with_dtype(x: Tensor, dtype) -> Tensor:
+    return x if dtype is None else T.cast(x, dt.to_dtype(dtype))
+
+
+def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tensor:
+    """``reduced``, or ``x`` copied in the output dtype when there is no axis to reduce."""
+    return reduced if axes else T.copy(T.cast(x, ctx.out_dtype()))
+
+
+@register_lowering(aten.sum.dim_IntList, aten.sum.default)
+def _sum(ctx, x, dim=None, keepdim=False, dtype=None):
+    x = _with_dtype(x, dtype)
+    axes = reduce_axes(x, dim)
+    return _or_trivial(ctx, x, axes, F.sum(x, axes, keepdim))
+
+
+@register_lowering(aten.prod.default, aten.prod.dim_int)
+def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
+    x = _with_dtype(x, dtype)
+    axes = reduce_axes(x, dim)
+    return _or_trivial(ctx, x, axes, F.prod(x, axes, keepdim))
+
+
+@register_lowering(aten.mean.default, aten.mean.dim)
+def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
+    x = T.cast(x, ctx.out_dtype())
+    axes = reduce_axes(x, dim)
+    return _or_trivial(ctx, x, axes, F.mean(x, axes, keepdim))
+
+
+def _extreme(is_max: bool):
+    def rule(ctx, x, dim=None, keepdim=False):
+        axes = reduce_axes(x, dim)
+        if not axes:
+            return T.copy(x)
+        if x.dtype.is_bool:
+            return (F.any if is_max else F.all)(x, axes, keepdim)
+        return (F.max if is_max else F.min)(x, axes, keepdim)
+
+    return rule
+
+
+register_lowering(aten.amax.default, aten.max.default)(_extreme(True))
+register_lowering(aten.amin.default, aten.min.default)(_extreme(False))
+
+
+def _extreme_with_index(is_max: bool):
+    def rule(ctx, x, dim, keepdim=False):
+        if x.ndim == 0:
+            return T.copy(x), T.full((), 0, dt.int64)
+        d = norm_dim(dim, x.ndim)
+        value = _extreme(is_max)(ctx, x, [d], keepdim) if not x.dtype.is_bool else None
+        arg = (F.argmax if is_max else F.argmin)(x, d, keepdim)
+        if value is None:
+            value = (F.any if is_max else F.all)(x, (d,), keepdim)
+        return value, arg
+
+    return rule
+
+
+register_lowering(aten.max.dim)(_extreme_with_index(True))
+register_lowering(aten.min.dim)(_extreme_with_index(False))
+
+
+def _arg_extreme(is_max: bool):
+    def rule(ctx, x, dim=None, keepdim=False):
+        if x.ndim == 0:
+            return T.full((), 0, dt.int64)
+        y = T.cast(x, dt.int8) if x.dtype.is_bool else x
+        axis = None if dim is None else norm_dim(dim, x.ndim)
+        return (F.argmax if is_max else F.argmin)(y, axis, keepdim)
+
+    return rule
+
+
+register_lowering(aten.argmax.default)(_arg_extreme(True))
+register_lowering(aten.argmin.default)(_arg_extreme(False))
+
+
+def _bool_reduce(is_any: bool):
+    def rule(ctx, x, dim=None, keepdim=False):
+        axes = reduce_axes(x, dim)
+        if not axes:
+            return T.copy(T.cast(x, dt.bool_))
+        return (F.any if is_any else F.all)(x, axes, keepdim)
+
+    return rule
+
+
+register_lowering(aten.any.default, aten.any.dim, aten.any.dims)(_bool_reduce(True))
+register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_bool_reduce(False))
+
+
+# -- variance -----------------------------------------------------------------------------------
+def var_mean(ctx: LoweringContext, x: Tensor, dim, correction, keepdim: bool, dtype: DType):
+    """(var, mean) in one Welford pass; ``correction`` None means 1 (Bessel)."""
+    x = T.cast(x, dtype)
+    c = 1 if correction is None else correction
+    axes = reduce_axes(x, dim)
+    if not axes:
+        n_minus_c = 1 - c
+        var = T.full(x.shape, 0.0 if n_minus_c > 0 else math.nan, dtype)
+        return var, T.copy(x)
+    return F.var_mean(x, axes, c, keepdim)
+
+
+@register_lowering(aten.var.correction)
+def _var(ctx, x, dim=None, correction=None, keepdim=False):
+    return var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0]
+
+
+@register_lowering(aten.var_mean.correction)
+def _var_mean(ctx, x, dim=None, correction=None, keepdim=False):
+    return var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
+
+
+@register_lowering(aten.std.correction)
+def _std(ctx, x, dim=None, correction=None, keepdim=False):
+    return F.sqrt(var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0])
+
+
+@register_lowering(aten.std_mean.correction)
+def _std_mean(ctx, x, dim=None, correction=None, keepdim=False):
+    var, mean = var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
+    return F.sqrt(var), mean
+
+
+@register_lowering(aten.var.dim, aten.std.dim)
+def _var_dim(ctx, x, dim, unbiased=True, keepdim=False):
+    var = var_mean(ctx, x, dim, 1 if unbiased else 0, keepdim, ctx.out_dtype())[0]
+    return F.sqrt(var) if ctx.node.target is aten.std.dim else var
+
+
+# -- composites ------------------------------------------------------------------------------------
+@register_lowering(aten.logsumexp.default)
+def _logsumexp(ctx, x, dim, keepdim=False):
+    x = T.cast(x, ctx.out_dtype())
+    axes = reduce_axes(x, dim)
+    if not axes:
+        return T.copy(x)
+    m = F.max(x, axes, keepdim=True)
+    m = F.where(F.apply(Op.ISINF, m), 0.0, m)
+    s = F.sum(F.exp(F.apply(Op.SUB, x, m)), axes, keepdim=True)
+    out = F.apply(Op.ADD, F.log(s), m)
+    return out if keepdim else T.squeeze(out, axes)
+
+
+@register_lowering(aten.linalg_vector_norm.default)
+def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = T.cast(x, ctx.out_dtype() if dtype is None else dt.to_dtype(dtype))
+    axes = reduce_axes(x, dim)
+    a = F.abs(x)
+    if not axes:
+        return T.copy(T.cast(F.apply(Op.NE, x, 0.0), x.dtype) if ord == 0 else a)
+    if ord == math.inf:
+        return F.max(a, axes, keepdim)
+    if ord == -math.inf:
+        return F.min(a, axes, keepdim)
+    if ord == 0:
+        return F.sum(T.cast(F.apply(Op.NE, x, 0.0), x.dtype), axes, keepdim)
+    if ord == 1:
+        return F.sum(a, axes, keepdim)
+    if ord == 2:
+        return F.sqrt(F.sum(F.apply(Op.MUL, a, a), axes, keepdim))
+    return F.pow(F.sum(F.pow(a, float(ord)), axes, keepdim), 1.0 / float(ord))
+
+
+@register_lowering(aten.nansum.default)
+def _nansum(ctx, x, dim=None, keepdim=False, dtype=None):
+    x = _with_dtype(x, dtype)
+    if x.dtype.is_float:
+        x = F.where(F.apply(Op.ISNAN, x), 0.0, x)
+    axes = reduce_axes(x, dim)
+    return _or_trivial(ctx, x, axes, F.sum(x, axes, keepdim))
+
+
+@register_lowering(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+def _count_nonzero(ctx, x, dim=None):
+    nz = T.cast(F.apply(Op.NE, x, False if x.dtype.is_bool else 0), dt.int64)
+    axes = reduce_axes(x, dim)
+    return _or_trivial(ctx, nz, axes, F.sum(nz, axes, False))

@@ -1,0 +1,118 @@
+"""A lowered FX graph as a callable with the FX graph's calling convention.
+
+Per call: bind symbol values from argument sizes (and SymInt arguments), bring each tensor
+argument to the layout it was compiled for (a copy only when its strides differ), run the compiled
+graph, apply input mutations, and rebuild the FX output structure (compiled outputs, inputs passed
+through, sizes evaluated, constants).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..ir.index import evaluate
+from ..pipeline import compile_graph
+from ..runtime.compiled import CompiledGraph
+from .extern import SYMBOL_ENV
+from .interpreter import FxLowering, LoweredProgram, OutputLeaf, TensorInput, _tree_map
+
+
+@dataclass
+class GraphStats:
+    """What compiling one FX graph produced (for ``loopnest.explain``)."""
+
+    name: str
+    backend: str
+    num_fx_nodes: int
+    lowering_ms: float
+    compile_ms: float
+    source_path: Path | None = None
+    program: LoweredProgram | None = field(default=None, repr=False)
+
+
+class LoweredGraph:
+    """Calls a compiled graph like the FX graph it came from: ``fn(*args)``."""
+
+    def __init__(self, program: LoweredProgram, compiled: CompiledGraph, stats: GraphStats):
+        self.program = program
+        self.compiled = compiled
+        self.stats = stats
+        self._carrier = torch.empty(1, device=compiled.device) if program.carriers else None
+
+    def __call__(self, *args):
+        return self.run(list(args))
+
+    def run(self, args: list):
+        """Run on a list of arguments (AOTAutograd's boxed convention)."""
+        p = self.program
+        env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
+        tensors = [_fit(args[ti.position], ti, env) for ti in p.tensor_inputs]
+        tensors += p.constants
+        tensors += [self._carrier.expand(env[name]) for name in p.carriers]
+        token = SYMBOL_ENV.set(env)
+        try:
+            outs = self.compiled(*tensors)
+        finally:
+            SYMBOL_ENV.reset(token)
+        for position, leaf in p.mutations:
+            args[position].copy_(_value(leaf, outs, args, env))
+        return _tree_map(lambda leaf: _value(leaf, outs, args, env), p.outputs)
+
+
+class BoxedGraph:
+    """AOTAutograd's calling convention: one list argument."""
+
+    def __init__(self, lowered: LoweredGraph):
+        self.lowered = lowered
+        self._boxed_call = True  # an instance attribute: wrappers (functools.wraps) copy __dict__
+
+    def __call__(self, args: list):
+        return self.lowered.run(args)
+
+
+def _fit(t: torch.Tensor, ti: TensorInput, env: dict) -> torch.Tensor:
+    """``t`` in the layout the graph was compiled for (copied only when its strides differ)."""
+    if ti.contiguous:
+        return t if t.is_contiguous() else t.contiguous()
+    want = [evaluate(s, env) if s.as_int() is None else s.as_int() for s in ti.strides]
+    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), want, t.shape)):
+        return t
+    out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _value(leaf: OutputLeaf, outs, args, env):
+    if leaf.kind == "graph":
+        return outs[leaf.value]
+    if leaf.kind == "arg":
+        return args[leaf.value]
+    if leaf.kind == "size":
+        return evaluate(leaf.value, env)
+    return leaf.value
+
+
+def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str) -> LoweredGraph:
+    """Lower ``gm`` (nodes carrying traced values) and compile it for ``backend``."""
+    t0 = time.perf_counter()
+    program = FxLowering(gm).run()
+    t1 = time.perf_counter()
+    compiled = compile_graph(program.graph, backend, name)
+    t2 = time.perf_counter()
+    stats = GraphStats(name, backend, len(gm.graph.nodes), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                       _source_path(compiled), program)
+    return LoweredGraph(program, compiled, stats)
+
+
+def _source_path(compiled: CompiledGraph) -> Path | None:
+    """The generated source of a compiled graph (the built library when no source sits beside it)."""
+    built = getattr(compiled.backend, "last_library", None) if compiled.schedule.kernels else None
+    if built is None:
+        return None
+    for suffix in (".cpp", ".py", ".c"):
+        if Path(built).with_suffix(suffix).exists():
+            return Path(built).with_suffix(suffix)
+    return Path(built)

@@ -1,0 +1,98 @@
+"""SymInts and sympy size expressions as loopnest index expressions.
+
+Dynamic-shape graphs carry sizes as ``torch.SymInt`` whose ``node.expr`` is a sympy expression over
+symbols ``s0, s1, ...``. Each sympy symbol becomes a DSL symbol of the same name (``ir.index.Sym``);
+sums, products, integer powers, floor divisions and modulos map to the same ``Index`` arithmetic.
+"""
+from __future__ import annotations
+
+import functools
+
+import sympy
+import torch
+from torch.utils._sympy import functions as symfn
+
+from ..ir.index import Index, Sym, floordiv, mod
+
+
+class SymbolicError(ValueError):
+    """A size expression loopnest cannot represent (e.g. Max/Min of symbols, unbacked sizes)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def sympy_to_index(expr) -> Index:
+    """The ``Index`` equal to sympy integer expression ``expr``."""
+    if isinstance(expr, (int, sympy.Integer)):
+        return Index.of(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        if not expr.name.isidentifier():
+            raise SymbolicError(f"size symbol {expr.name!r} is not an identifier")
+        return Index.of(Sym(expr.name))
+    if isinstance(expr, sympy.Add):
+        out = Index.of(0)
+        for a in expr.args:
+            out = out + sympy_to_index(a)
+        return out
+    if isinstance(expr, sympy.Mul):
+        out = Index.of(1)
+        for a in expr.args:
+            out = out * sympy_to_index(a)
+        return out
+    if isinstance(expr, (sympy.Pow, symfn.PowByNatural)):
+        base, exp = expr.args
+        if not (isinstance(exp, sympy.Integer) and int(exp) >= 0):
+            raise SymbolicError(f"size expression {expr} has a non-natural exponent")
+        out = Index.of(1)
+        for _ in range(int(exp)):
+            out = out * sympy_to_index(base)
+        return out
+    if isinstance(expr, symfn.FloorDiv):
+        return floordiv(sympy_to_index(expr.args[0]), sympy_to_index(expr.args[1]))
+    if isinstance(expr, (symfn.Mod, symfn.PythonMod)):
+        return mod(sympy_to_index(expr.args[0]), sympy_to_index(expr.args[1]))
+    if isinstance(expr, symfn.ModularIndexing):
+        base, div, m = (sympy_to_index(a) for a in expr.args)
+        return mod(floordiv(base, div), m)
+    raise SymbolicError(f"size expression {expr} ({type(expr).__name__}) has no loopnest equivalent")
+
+
+def to_index(value) -> Index:
+    """An int or a SymInt (or an Index) as an ``Index``."""
+    if isinstance(value, Index):
+        return value
+    if isinstance(value, torch.SymInt):
+        return sympy_to_index(value.node.expr)
+    if isinstance(value, bool):
+        raise TypeError(f"expected a size, got {value!r}")
+    return Index.of(int(value))
+
+
+def shape_of(value: torch.Tensor) -> tuple[Index, ...]:
+    """The sizes of a (fake) tensor as index expressions."""
+    return tuple(to_index(s) for s in value.shape)
+
+
+def strides_of(value: torch.Tensor) -> tuple[Index, ...]:
+    """The strides of a (fake) tensor as index expressions."""
+    return tuple(to_index(s) for s in value.stride())
+
+
+def is_symbolic(value) -> bool:
+    """True for a SymInt/SymFloat/SymBool that is not a known constant."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return not value.node.is_constant() if hasattr(value.node, "is_constant") else True
+    return False
+
+
+def bare_symbol(e: Index) -> str | None:
+    """The symbol name if ``e`` is exactly one symbol, else None."""
+    if e.const == 0 and len(e.terms) == 1:
+        (monomial, coeff), = e.terms
+        if coeff == 1 and len(monomial) == 1 and isinstance(monomial[0], Sym):
+            return monomial[0].name
+    return None
+
+
+def symbols_in(e: Index) -> set[str]:
+    """Names of every symbol ``e`` uses."""
+    return {a.name for a in e.atoms() if isinstance(a, Sym)}

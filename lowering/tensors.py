@@ -1,0 +1,149 @@
+"""DSL building blocks the ATen rules need beyond ``dsl.functions``.
+
+Generators (``iota``, ``full``) are pointwise tensors without loads: their value is an index
+expression or a constant. The index expression of ``iota`` is written over the loop variables the
+graph builder gives a pointwise node (``ir.nodes.domain_vars(shape, "i")``), so it means "my own
+position". Views are ``ViewSrc`` index remaps; ``take`` is an indirect load (``GatherSrc``).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..dsl import functions as F
+from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
+from ..ir import dtypes as dt
+from ..ir.dtypes import DType
+from ..ir.index import Index
+from ..ir.nodes import domain_vars
+from ..ir.ops import Op
+
+Shape = tuple[Index, ...]
+
+
+# -- generators -----------------------------------------------------------------------------------
+def iota(shape: Sequence[Index], dim: int, dtype: DType = dt.int64) -> Tensor:
+    """A tensor of ``shape`` whose value is its own index along ``dim``."""
+    shape = tuple(Index.of(s) for s in shape)
+    return Tensor(shape, dtype, PointwiseSrc(Op.CAST, (domain_vars(shape, "i")[dim],)))
+
+
+def full(shape: Sequence[Index], value, dtype: DType) -> Tensor:
+    """A tensor of ``shape`` filled with ``value`` (a Python scalar or an ``Index``)."""
+    shape = tuple(Index.of(s) for s in shape)
+    if isinstance(value, Index):
+        return Tensor(shape, dtype, PointwiseSrc(Op.CAST, (value,)))
+    return Tensor(shape, dtype, PointwiseSrc(Op.CAST, (_coerce(value, dtype),)))
+
+
+def _coerce(value, dtype: DType):
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_float:
+        return float(value)
+    return int(value)
+
+
+def size_value(value: Index, dtype: DType = dt.int64) -> Tensor:
+    """A 0-d tensor holding a (symbolic) integer."""
+    return full((), value, dtype)
+
+
+def copy(x: Tensor) -> Tensor:
+    """A new tensor equal to ``x`` (a node of its own: never an alias of ``x``)."""
+    return Tensor(x.shape, x.dtype, PointwiseSrc(Op.CAST, (x,)))
+
+
+def cast(x: Tensor, dtype: DType) -> Tensor:
+    """``x`` converted to ``dtype`` (``x`` itself when it already has it)."""
+    return F.cast(x, dtype)
+
+
+# -- views ----------------------------------------------------------------------------------------
+def view(x: Tensor, shape: Sequence[Index], remap, what: str) -> Tensor:
+    """``out[idx] = x[remap(idx)]`` with the given output shape."""
+    return Tensor(tuple(Index.of(s) for s in shape), x.dtype, ViewSrc(x, remap, what))
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """Insert a size-1 dimension at ``dim`` (already normalized to ``[0, x.ndim]``)."""
+    shape = x.shape[:dim] + (Index.of(1),) + x.shape[dim:]
+    return view(x, shape, lambda idx: idx[:dim] + idx[dim + 1:], "unsqueeze")
+
+
+def squeeze(x: Tensor, dims: Sequence[int]) -> Tensor:
+    """Drop the size-1 dimensions among ``dims``."""
+    drop = {d for d in dims if x.shape[d] == 1}
+    if not drop:
+        return x
+    shape = tuple(s for k, s in enumerate(x.shape) if k not in drop)
+    ndim = x.ndim
+
+    def remap(idx):
+        it = iter(idx)
+        return tuple(Index.of(0) if k in drop else next(it) for k in range(ndim))
+
+    return view(x, shape, remap, "squeeze")
+
+
+def expand(x: Tensor, shape: Sequence[Index]) -> Tensor:
+    """Broadcast ``x`` to ``shape`` (no copy)."""
+    return F.broadcast_to(x, tuple(shape))
+
+
+def slice_dim(x: Tensor, dim: int, start: Index, step: int, length: Index) -> Tensor:
+    """Elements ``start, start+step, ...`` (``length`` of them) along ``dim``."""
+    shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
+
+    def remap(idx):
+        return idx[:dim] + (start + idx[dim] * step,) + idx[dim + 1:]
+
+    return view(x, shape, remap, "slice")
+
+
+def select(x: Tensor, dim: int, index: Index) -> Tensor:
+    """The slice at position ``index`` (non-negative) of ``dim``, which disappears."""
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    return view(x, shape, lambda idx: idx[:dim] + (index,) + idx[dim:], "select")
+
+
+def remap_dim(x: Tensor, dim: int, fn, what: str) -> Tensor:
+    """``out[.., i, ..] = x[.., fn(i), ..]`` along ``dim`` (``fn`` maps an Index to an Index)."""
+    return view(x, x.shape, lambda idx: idx[:dim] + (fn(idx[dim]),) + idx[dim + 1:], what)
+
+
+# -- indirect loads ---------------------------------------------------------------------------------
+def take(x: Tensor, axis: int, index: Tensor) -> Tensor:
+    """``out[i] = x[i with i[axis] := index[i]]``; ``index`` has the output's shape, which must equal
+    ``x``'s outside ``axis``. Negative positions count from the end (wrapped at load time)."""
+    if not index.dtype.is_int:
+        index = cast(index, dt.int64)
+    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis))
+
+
+def clamp_index(index: Tensor, size: Index) -> Tensor:
+    """``index`` clamped into ``[0, size)`` (a load through it is always in bounds)."""
+    hi = size - 1
+    upper = size_value(hi) if hi.as_int() is None else hi.as_int()
+    return F.minimum(F.maximum(index, 0), upper)
+
+
+def shift_along(piece: Tensor, dim: int, out_size: Index, offset: Index) -> Tensor:
+    """``out[.., i, ..] = piece[.., i - offset, ..]`` for ``i < out_size`` along ``dim``, the position
+    clamped into bounds: callers mask the positions that fall outside ``piece``."""
+    if offset == 0 and out_size == piece.shape[dim]:
+        return piece
+    shape = piece.shape[:dim] + (out_size,) + piece.shape[dim + 1:]
+    pos = F.apply(Op.SUB, iota(shape, dim), int_operand(offset))
+    return take(piece, dim, clamp_index(pos, piece.shape[dim]))
+
+
+def int_operand(value: Index):
+    """A constant int for a constant index, else a 0-d int64 tensor holding it."""
+    c = value.as_int()
+    return c if c is not None else size_value(value)
+
+
+def in_range(shape: Shape, dim: int, lo: Index, hi: Index) -> Tensor:
+    """A bool tensor of ``shape``: ``lo <= position along dim < hi``."""
+    pos = iota(shape, dim)
+    return F.apply(Op.AND, F.apply(Op.GE, pos, int_operand(lo)), F.apply(Op.LT, pos, int_operand(hi)))

@@ -1,0 +1,209 @@
+"""``torch.compile(backend="loopnest")``: entry point, options, real torch.nn modules forward and
+backward against eager, a training loop, dynamic shapes, custom ops and ``loopnest.explain``."""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn as nn
+import torch.nn.functional as Fn
+
+import loopnest as ln
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def compare_module(module: nn.Module, *inputs, train: bool = True, options=None):
+    """Forward (and backward when ``train``) of a compiled copy of ``module`` against eager."""
+    torch.manual_seed(0)
+    ref = copy.deepcopy(module)
+    compiled = torch.compile(module, backend="loopnest", options=options)
+    ins = [x.detach().clone().requires_grad_(train and x.is_floating_point()) for x in inputs]
+    ref_ins = [x.detach().clone().requires_grad_(train and x.is_floating_point()) for x in inputs]
+    got, want = compiled(*ins), ref(*ref_ins)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL)
+    if not train:
+        return
+    _loss(got).backward()
+    _loss(want).backward()
+    for (name, p), q in zip(module.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=RTOL, atol=ATOL, msg=lambda m: f"grad of {name}: {m}")
+    for x, y in zip(ins, ref_ins):
+        if x.grad is not None:
+            torch.testing.assert_close(x.grad, y.grad, rtol=RTOL, atol=ATOL)
+
+
+def _loss(outs) -> torch.Tensor:
+    return sum((o.float() * torch.linspace(-1, 1, o.numel()).reshape(o.shape)).sum()
+               for o in outs if isinstance(o, torch.Tensor) and o.requires_grad)
+
+
+def test_entry_point_works_without_importing_loopnest(tmp_path):
+    code = ("import sys, torch\n"
+            "assert 'loopnest' not in sys.modules\n"
+            "f = torch.compile(lambda x: torch.sin(x) * 2 + x.sum(), backend='loopnest')\n"
+            "x = torch.randn(8)\n"
+            "torch.testing.assert_close(f(x), torch.sin(x) * 2 + x.sum())\n"
+            "print(sys.modules['loopnest'].counters['graphs_compiled'])\n")
+    env = dict(os.environ, LOOPNEST_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_options_select_backend_and_tune():
+    x = torch.randn(4, 5)
+    f = torch.compile(lambda x: x.exp().sum(1), backend="loopnest", options={"backend": "cpp", "tune": "db"})
+    torch.testing.assert_close(f(x), x.exp().sum(1))
+    bad = torch.compile(lambda x: x + 1, backend="loopnest", options={"tune": "forever"})
+    with pytest.raises(Exception, match="tune must be one of"):
+        bad(x)
+
+
+def test_transformer_encoder_layer_train_and_eval():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    compare_module(layer, x, train=True)
+    layer.eval()
+    with torch.no_grad():
+        compare_module(layer, x, train=False)
+
+
+def test_multihead_attention():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True)
+    q, k = torch.randn(2, 3, 16), torch.randn(2, 6, 16)
+    compare_module(mha, q, k, k)
+
+
+def test_layernorm_gelu_mlp():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.LayerNorm(24), nn.GELU(), nn.Linear(24, 12), nn.GELU("tanh"))
+    compare_module(mlp, torch.randn(7, 12))
+
+
+def test_group_norm():
+    torch.manual_seed(0)
+    compare_module(nn.Sequential(nn.GroupNorm(4, 8), nn.SiLU()), torch.randn(2, 8, 5, 5))
+
+
+def test_batchnorm2d_eval():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(6)
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    bn.eval()
+    compare_module(bn, torch.randn(3, 6, 4, 4))
+
+
+class EmbeddingClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.proj = nn.Linear(8, 5)
+
+    def forward(self, tokens, labels):
+        logits = self.proj(self.emb(tokens).mean(1))
+        return Fn.cross_entropy(logits, labels)
+
+
+def test_embedding_and_cross_entropy():
+    torch.manual_seed(0)
+    compare_module(EmbeddingClassifier(), torch.randint(0, 20, (6, 4)), torch.randint(0, 5, (6,)))
+
+
+def test_three_step_training_loop_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, 3))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="loopnest")
+    opt, ref_opt = (torch.optim.Adam(m.parameters(), lr=1e-2) for m in (model, ref))
+    xs, ys = torch.randn(3, 16, 10), torch.randint(0, 3, (3, 16))
+    losses, ref_losses = [], []
+    for x, y in zip(xs, ys):
+        for m, o, out in ((compiled, opt, losses), (ref, ref_opt, ref_losses)):
+            o.zero_grad()
+            loss = Fn.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            out.append(loss.item())
+    assert losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    assert losses[-1] < losses[0]
+
+
+def test_dynamic_shapes_compile_one_kernel_for_all_sizes():
+    recorded = []
+    f = torch.compile(lambda x, w: torch.softmax(x * w, -1).sum(0), backend="loopnest", dynamic=True,
+                      options={"recorder": recorded.append})
+    before = dict(ln.counters)
+    w = torch.randn(6)
+    with torch.no_grad():
+        for batch in (3, 5, 11):
+            x = torch.randn(batch, 6)
+            torch.testing.assert_close(f(x, w), torch.softmax(x * w, -1).sum(0))
+    assert ln.counters["graphs_compiled"] - before["graphs_compiled"] == 1
+    built = (ln.counters["kernels_compiled"] - before["kernels_compiled"]
+             + ln.counters["code_cache_hits"] - before["code_cache_hits"])
+    assert built == 1
+    assert len(recorded) == 1 and recorded[0].program.graph.symbols()
+
+
+def test_dynamic_shapes_with_size_arithmetic():
+    f = torch.compile(lambda x: (x.reshape(-1) * x.shape[0]).reshape(x.shape[0], -1) + torch.arange(x.shape[1]),
+                      backend="loopnest", dynamic=True)
+    with torch.no_grad():
+        for n in (2, 4, 7):
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(f(x), x * n + torch.arange(3))
+
+
+@torch.library.custom_op("lntest::scaled_sin", mutates_args=())
+def scaled_sin(x: torch.Tensor, s: float) -> torch.Tensor:
+    return torch.sin(x) * s
+
+
+@scaled_sin.register_fake
+def _(x, s):
+    return torch.empty_like(x)
+
+
+def test_custom_op_passes_through_as_extern():
+    def f(x):
+        return scaled_sin(x.exp(), 3.0) + 1
+
+    x = torch.randn(5)
+    e = ln.explain(f, x)
+    assert any("lntest" in fb.op and "custom op" in fb.reason for fb in e.fallbacks)
+    torch.testing.assert_close(torch.compile(f, backend="loopnest")(x), f(x))
+
+
+def test_explain_reports_kernels_and_fallbacks():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU())
+    with torch.no_grad():
+        e = ln.explain(model, torch.randn(4, 8))
+    assert isinstance(e, ln.Explanation) and len(e.graphs) == 1
+    assert e.num_kernels == len(e.graphs[0].kernels) >= 1
+    k = e.graphs[0].kernels[0]
+    assert k.name.startswith("ln_") and k.kind in ("pointwise", "reduction") and k.nodes
+    assert isinstance(k.bytes_moved, int) and k.bytes_moved > 0 and k.flops > 0
+    assert k.source_path is not None and k.source_path.exists()
+    assert [f.op for f in e.graphs[0].fallbacks] == ["aten.addmm.default"]
+    text = str(e)
+    assert "kernel ln_" in text and "fallback aten.addmm.default: matrix multiply" in text
