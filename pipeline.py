@@ -1,10 +1,14 @@
 """The compile pipeline as a list of named passes: verify -> schedule -> codegen -> compile."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from pathlib import Path
 
 from . import settings
+from .autotune.compile_time import GraphExample, Plan, example_env, lookup_configs, sweep_compiled
+from .autotune.options import TuneSettings, check_mode
 from .backends.registry import get_backend
 from .counters import counters
 from .ir.nodes import Graph
@@ -16,17 +20,65 @@ from .scheduler import schedule as schedule_graph
 log = logging.getLogger("loopnest")
 
 
-def compile_graph(graph: Graph, backend: str = "cpp", name: str = "graph", configs=None) -> CompiledGraph:
-    """Verify, fuse, generate and build ``graph``; ``configs`` maps kernel name -> config."""
+@contextlib.contextmanager
+def gc_paused():
+    """Pause Python's cyclic GC: compiling allocates many short-lived acyclic IR objects, and
+    collections triggered by them would rescan every live object (about 3x the compile time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def compile_graph(graph: Graph, backend: str = "cpp", name: str = "graph", configs=None, tune: str = "off",
+                  tuning: TuneSettings | None = None, example: GraphExample | None = None) -> CompiledGraph:
+    """Verify, fuse, generate and build ``graph``; ``configs`` maps kernel name -> config.
+
+    ``tune`` picks the configs of kernels not in ``configs``: "off" (the backend's heuristics),
+    "db" (exact winners from the tuning DB, validated; stale or nearest-shape winners are only
+    reported), "sweep" (as "db", then tune the misses on ``example`` inputs, or random ones checked
+    by the reference interpreter, and store their winners). ``tuning``: budgets, sampler and DB
+    (``autotune.TuneSettings``); ``example``: ``autotune.GraphExample`` (the graph's inputs and,
+    when known, PyTorch's outputs). ``compiled.tuning`` says where each kernel's config came from.
+    """
+    check_mode(tune)
+    settings_ = tuning or TuneSettings()
     be = get_backend(backend)
-    verify(graph)
-    sched = schedule_graph(graph, name)
-    chosen = [(k, (configs or {}).get(k.name) or be.default_config(k)) for k in sched.kernels]
+    with gc_paused():
+        verify(graph)
+        sched = schedule_graph(graph, name)
+    plan = Plan({}, {}, [])
+    if tune != "off":
+        plan = lookup_configs(sched, be, settings_, example_env(graph, example))
+    chosen = _choose(sched, be, {**plan.configs, **(configs or {})})
+    compiled = _build(sched, be, chosen, name)
+    misses = [k for k in plan.misses if k not in (configs or {})]
+    if tune == "sweep" and misses:
+        swept = sweep_compiled(compiled, be, misses, settings_, example)
+        if swept:
+            plan.decisions.update(swept)
+            tuned = {k.name: be.validate_config(k, swept[k.name].config) for k in sched.kernels
+                     if k.name in swept}
+            chosen = _choose(sched, be, {**plan.configs, **tuned, **(configs or {})})
+            compiled = _build(sched, be, chosen, name)
+    compiled.tuning = plan.decisions
+    return compiled
+
+
+def _choose(sched, be, configs: dict) -> list:
+    return [(k, configs.get(k.name) or be.default_config(k)) for k in sched.kernels]
+
+
+def _build(sched, be, chosen: list, name: str) -> CompiledGraph:
     launchers = be.compile(chosen)
     counters["graphs_compiled"] += 1
     compiled = CompiledGraph(sched, launchers, be.device, name)
     compiled.configs = dict((k.name, c) for k, c in chosen)
     compiled.backend = be
+    compiled.tuning = {}
     if settings.debug_enabled():
         _write_debug(compiled, be, chosen)
     return compiled

@@ -6,6 +6,7 @@ equal keys: codegen's common-subexpression elimination and the structural hash r
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Callable, Iterator
 
 from .dtypes import DType
@@ -13,10 +14,29 @@ from .index import Index, Indirect
 from .ops import Op
 
 
-class Expr:
+class _Interned(type):
+    """Hash-consing: constructing a node equal to a live one returns the live one.
+
+    Structural equality is then identity, so comparing or looking up large shared
+    subexpressions never walks them.
+    """
+
+    _table: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
+
+    def __call__(cls, *args, **kwargs):
+        node = super().__call__(*args, **kwargs)
+        key = node._key()
+        live = _Interned._table.get(key)
+        if live is not None:
+            return live
+        _Interned._table[key] = node
+        return node
+
+
+class Expr(metaclass=_Interned):
     """Base of scalar expression nodes. Subclasses define ``_fields``."""
 
-    __slots__ = ("dtype", "_hash")
+    __slots__ = ("dtype", "_hash", "__weakref__")
     _fields: tuple[str, ...] = ()
 
     def _key(self) -> tuple:
@@ -29,8 +49,7 @@ class Expr:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is type(self) and self._hash == other._hash
-                                 and self._key() == other._key())
+        return self is other
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable")
@@ -142,13 +161,15 @@ def loads(root: Expr) -> list[Load]:
     return [n for n in walk(root) if isinstance(n, Load)]
 
 
-def rewrite(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | None]) -> Expr:
+def rewrite(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | None],
+            memo: dict[Expr, Expr] | None = None) -> Expr:
     """Bottom-up rewrite with memoization.
 
     ``fn(node, recurse)`` returns a replacement or None to rebuild the node from rewritten
     children (``recurse`` rewrites a subexpression, for index atoms that hold expressions).
+    Passing the same ``memo`` to several calls with the same ``fn`` shares their work.
     """
-    memo: dict[Expr, Expr] = {}
+    memo = {} if memo is None else memo
 
     def visit(node: Expr) -> Expr:
         hit = memo.get(node)
@@ -164,9 +185,11 @@ def rewrite(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | None
 
 
 def _rebuild(node: Expr, visit: Callable[[Expr], Expr]) -> Expr:
+    # identity, not equality: comparing equal but distinct subtrees would walk them again
     if isinstance(node, Apply):
         args = tuple(visit(a) for a in node.args)
-        return node if args == node.args else Apply(node.op, args, node.dtype)
+        same = all(a is b for a, b in zip(args, node.args))
+        return node if same else Apply(node.op, args, node.dtype)
     if isinstance(node, Load):
         index = tuple(map_indirect(i, visit) for i in node.index)
         return node if index == node.index else Load(node.buffer, index, node.dtype)
@@ -180,25 +203,26 @@ def map_indirect(index: Index, fn: Callable[[Expr], Expr]) -> Index:
     """Apply ``fn`` to the value expressions of the Indirect atoms inside ``index``."""
     mapping = {}
     for a in index.atoms():
-        if isinstance(a, Indirect):
+        if type(a) is Indirect:
             new = fn(a.value)
             if new is not a.value:
                 mapping[a] = Index.of(Indirect(new, a.bound))
     return index.subs(mapping) if mapping else index
 
 
-def substitute_vars(root: Expr, mapping: dict) -> Expr:
+def substitute_vars(root: Expr, mapping: dict, memo: dict | None = None) -> Expr:
     """Replace loop variables (``Var`` atoms) in every index of ``root``."""
 
     def fn(node: Expr, visit):
         if isinstance(node, Load):
             index = tuple(map_indirect(i, visit).subs(mapping) for i in node.index)
-            return Load(node.buffer, index, node.dtype)
+            return node if index == node.index else Load(node.buffer, index, node.dtype)
         if isinstance(node, IndexValue):
-            return IndexValue(map_indirect(node.index, visit).subs(mapping), node.dtype)
+            index = map_indirect(node.index, visit).subs(mapping)
+            return node if index == node.index else IndexValue(index, node.dtype)
         return None
 
-    return rewrite(root, fn)
+    return rewrite(root, fn, memo)
 
 
 def format_expr(root: Expr) -> str:

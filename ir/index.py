@@ -8,6 +8,7 @@ on ``Index`` keeps the polynomial canonical, so equal expressions compare and ha
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
@@ -17,10 +18,16 @@ IntLike = Union[int, "Index"]
 class Atom:
     """Base of the indivisible factors of a monomial."""
 
-    __slots__ = ()
     rank = 0
 
     def sort_key(self) -> tuple:
+        key = self.__dict__.get("_sort_key")
+        if key is None:
+            key = self._compute_sort_key()
+            object.__setattr__(self, "_sort_key", key)
+        return key
+
+    def _compute_sort_key(self) -> tuple:
         return (self.rank, str(self))
 
 
@@ -46,7 +53,7 @@ class Var(Atom):
     def __str__(self) -> str:
         return self.name
 
-    def sort_key(self) -> tuple:
+    def _compute_sort_key(self) -> tuple:
         return (self.rank, self.name[0], int(self.name[1:]) if self.name[1:].isdigit() else self.name)
 
 
@@ -98,6 +105,7 @@ def _paren(e: "Index") -> str:
 Monomial = tuple  # sorted tuple of Atom
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _mono_key(m: Monomial) -> tuple:
     return tuple(a.sort_key() for a in m)
 
@@ -105,15 +113,16 @@ def _mono_key(m: Monomial) -> tuple:
 class Index:
     """A canonical integer polynomial over atoms. Immutable and hashable."""
 
-    __slots__ = ("terms", "const", "_hash")
+    __slots__ = ("terms", "const", "_hash", "_atoms")
 
-    def __init__(self, terms: Mapping[Monomial, int] | tuple = (), const: int = 0):
-        items = terms.items() if isinstance(terms, Mapping) else terms
+    def __init__(self, terms: dict[Monomial, int] | tuple = (), const: int = 0):
+        items = terms.items() if type(terms) is dict else terms
         kept = [(m, c) for m, c in items if c != 0]
         kept.sort(key=lambda mc: _mono_key(mc[0]))
         self.terms: tuple[tuple[Monomial, int], ...] = tuple(kept)
         self.const = int(const)
         self._hash = hash((self.terms, self.const))
+        self._atoms: frozenset | None = None
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
@@ -138,15 +147,17 @@ class Index:
         """The value if constant, else None."""
         return self.const if not self.terms else None
 
-    def atoms(self) -> set[Atom]:
-        """All atoms, including those nested inside divisions and modulos."""
-        out: set[Atom] = set()
-        for m, _ in self.terms:
-            for a in m:
-                out.add(a)
-                if isinstance(a, (FloorDiv, Mod)):
-                    out |= a.num.atoms() | a.den.atoms()
-        return out
+    def atoms(self) -> frozenset[Atom]:
+        """All atoms, including those nested inside divisions and modulos (computed once)."""
+        if self._atoms is None:
+            out: set[Atom] = set()
+            for m, _ in self.terms:
+                for a in m:
+                    out.add(a)
+                    if isinstance(a, (FloorDiv, Mod)):
+                        out |= a.num.atoms() | a.den.atoms()
+            self._atoms = frozenset(out)
+        return self._atoms
 
     def free_vars(self) -> set[Var]:
         return {a for a in self.atoms() if isinstance(a, Var)}
@@ -236,7 +247,7 @@ class Index:
     # -- substitution -------------------------------------------------------------------------
     def subs(self, mapping: Mapping[Atom, "Index"]) -> "Index":
         """Replace atoms (usually loop variables) by index expressions, re-simplifying."""
-        if not mapping:
+        if not mapping or not any(isinstance(a, (FloorDiv, Mod, Var)) or a in mapping for a in self.atoms()):
             return self
         result = Index((), self.const)
         for m, c in self.terms:

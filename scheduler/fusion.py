@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
-from ..ir.expr import AccRef, Expr, IndexValue, Load, map_indirect, rewrite, substitute_vars, walk
+from ..ir.expr import AccRef, Apply, Expr, IndexValue, Load, map_indirect, rewrite, substitute_vars, walk
 from ..ir.index import Index, as_var
 from ..ir.nodes import BufferRef, Extern, Graph, Node, Pointwise, Reduction, domain_vars, interleave
 from .kernel import Kernel, KReduction, KStore
@@ -38,9 +39,23 @@ def extern_buffers(graph: Graph) -> set[str]:
     return names
 
 
+# A pointwise value is stored rather than recomputed by each reader when its body is this large,
+# or this large and read by several nodes.
+MAX_INLINE_OPS = 96
+MAX_SHARED_INLINE_OPS = 24
+
+
 def inline_pointwise(graph: Graph) -> list[Node]:
-    """The graph's nodes with non-materialized pointwise nodes substituted into their readers."""
+    """The graph's nodes with cheap pointwise nodes substituted into their readers.
+
+    Graph outputs, extern arguments and values too costly to recompute stay as nodes
+    (materialized); everything else is inlined.
+    """
     keep = {o.buffer for o in graph.outputs} | extern_buffers(graph)
+    readers: dict[str, int] = {}
+    for n in graph.nodes:
+        for b in node_reads(n):
+            readers[b] = readers.get(b, 0) + 1
     bodies: dict[str, tuple[tuple[Index, ...], Expr]] = {}
     result: list[Node] = []
     for n in graph.nodes:
@@ -48,11 +63,16 @@ def inline_pointwise(graph: Graph) -> list[Node]:
             result.append(n)
             continue
         body = inline_loads(n.body, bodies)
-        if isinstance(n, Pointwise) and n.out not in keep:
+        if isinstance(n, Pointwise) and n.out not in keep and not _costly(body, readers.get(n.out, 0)):
             bodies[n.out] = (n.index_vars(), body)
         else:
             result.append(dataclasses.replace(n, body=body))
     return result
+
+
+def _costly(body: Expr, readers: int) -> bool:
+    ops = sum(1 for e in walk(body) if isinstance(e, Apply))
+    return ops > MAX_INLINE_OPS or (readers > 1 and ops > MAX_SHARED_INLINE_OPS)
 
 
 def inline_loads(body: Expr, bodies: dict[str, tuple[tuple[Index, ...], Expr]]) -> Expr:
@@ -120,8 +140,19 @@ class Member:
     mapping: dict
     row_level: bool  # a pointwise node over the rows only (runs after the reduction loops)
 
+    @functools.cached_property
     def out_index(self) -> tuple[Index, ...]:
+        """The index of the node's outputs in kernel variables."""
         return tuple(v.subs(self.mapping) for v in self.node.index_vars())
+
+    @functools.cached_property
+    def reads(self) -> dict[str, set[tuple[Index, ...]]]:
+        """Every buffer the node loads, with the indices it loads it at, in kernel variables."""
+        out: dict[str, set] = {}
+        for ld in walk(self.node.body):
+            if isinstance(ld, Load):
+                out.setdefault(ld.buffer, set()).add(tuple(i.subs(self.mapping) for i in ld.index))
+        return out
 
 
 def place(n: Node, shape: LoopShape) -> Member | None:
@@ -227,24 +258,32 @@ def _legal(trial, produced: set[str]) -> bool:
     index_of: dict[str, tuple] = {}
     for m in members:
         for o in m.node.outputs:
-            index_of[o] = m.out_index()
+            index_of[o] = m.out_index
     for m in members:
-        for ld in walk(substitute_vars(m.node.body, m.mapping)):
-            if isinstance(ld, Load) and ld.buffer in index_of and ld.index != index_of[ld.buffer]:
+        for buffer, indices in m.reads.items():
+            if buffer in index_of and any(i != index_of[buffer] for i in indices):
                 return False
     return True
 
 
 # -- 3. kernels -----------------------------------------------------------------------------------
 def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str) -> Kernel:
-    """Turn a group into a kernel that stores only the buffers in ``needed_outside``."""
-    values: dict[str, Expr] = {}      # in-group pointwise buffer -> its value in kernel vars
-    acc_of: dict[str, AccRef] = {}    # reduction output buffer -> reference to its accumulator
-    levels: dict[str, int] = {}       # accumulator -> level (the phase whose loop computes it)
+    """Turn a group into a kernel that stores the buffers in ``needed_outside``.
+
+    A pointwise value a later phase reads is stored by its own phase and loaded back (the row is
+    the same thread's, and still in cache) instead of being recomputed.
+    """
+    values: dict[str, tuple[Expr, int, tuple]] = {}  # buffer -> (value, phase, index) in kernel vars
+    acc_of: dict[str, AccRef] = {}                    # reduction output -> its accumulator
+    levels: dict[str, int] = {}                       # accumulator -> phase whose loop computes it
+    reloaded: set[str] = set()
     reductions, elem, row = [], [], []
+    var_memos: dict[frozenset, dict] = {}   # members with the same variable mapping share work
+    body_memos: dict[int | None, dict] = {}
     for m in group.members:
-        body = _kernel_body(substitute_vars(m.node.body, m.mapping), values, acc_of)
-        phase = _first_phase(body, levels)
+        body = substitute_vars(m.node.body, m.mapping, var_memos.setdefault(frozenset(m.mapping.items()), {}))
+        phase = _first_phase(_kernel_body(body, values, acc_of, None, body_memos.setdefault(None, {})), levels)
+        body = _kernel_body(body, values, acc_of, phase, body_memos.setdefault(phase, {}), reloaded)
         if isinstance(m.node, Reduction):
             acc = m.node.outs[0]
             levels[acc] = phase
@@ -252,20 +291,33 @@ def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str
             for k, o in enumerate(m.node.outs):
                 acc_of[o] = AccRef(acc, k, graph.buffers[o].dtype)
                 if o in needed_outside:
-                    row.append(KStore(o, m.out_index(), acc_of[o]))
+                    row.append(KStore(o, m.out_index, acc_of[o]))
             continue
-        values[m.node.out] = body
-        if m.node.out in needed_outside:
-            (row if m.row_level else elem).append(KStore(m.node.out, m.out_index(), body, phase))
+        values[m.node.out] = (body, -1 if m.row_level else phase, m.out_index)
+    for m in group.members:
+        if isinstance(m.node, Pointwise) and (m.node.out in needed_outside or m.node.out in reloaded):
+            body, phase, index = values[m.node.out]
+            (row if m.row_level else elem).append(KStore(m.node.out, index, body, max(phase, 0)))
     return Kernel(name, group.shape.p, group.shape.r, reductions, elem, row,
                   [n.name for n in group.nodes], graph.buffers)
 
 
-def _kernel_body(body: Expr, values: dict[str, Expr], acc_of: dict[str, AccRef]) -> Expr:
+def _kernel_body(body: Expr, values, acc_of: dict[str, AccRef], phase: int | None, memo: dict,
+                 reloaded: set[str] | None = None) -> Expr:
+    """Reads of in-kernel results become accumulator references, values, or reloads.
+
+    ``memo`` may be shared by calls for the same ``phase``: a load's replacement never changes
+    once its producer is known, and later producers are never read by earlier bodies.
+    """
     def fn(node: Expr, visit):
         if isinstance(node, Load):
             if node.buffer in values:
-                return values[node.buffer]
+                value, stored_phase, index = values[node.buffer]
+                if phase is not None and 0 <= stored_phase < phase:
+                    if reloaded is not None:
+                        reloaded.add(node.buffer)
+                    return Load(node.buffer, index, node.dtype)
+                return value
             if node.buffer in acc_of:
                 return acc_of[node.buffer]
             return Load(node.buffer, tuple(map_indirect(i, visit) for i in node.index), node.dtype)
@@ -273,7 +325,7 @@ def _kernel_body(body: Expr, values: dict[str, Expr], acc_of: dict[str, AccRef])
             return IndexValue(map_indirect(node.index, visit), node.dtype)
         return None
 
-    return rewrite(body, fn)
+    return rewrite(body, fn, memo)
 
 
 def _first_phase(body: Expr, levels: dict[str, int]) -> int:

@@ -55,7 +55,8 @@ def schedule(graph: Graph, name: str = "kernel") -> Schedule:
             continue  # dead code
         k = kernel_count[name]
         kernel_count[name] += 1
-        steps.append(build_kernel(g, graph, needed, f"ln_{name}_{k}"))
-        stored |= needed
+        kernel = build_kernel(g, graph, needed, f"ln_{name}_{k}")
+        steps.append(kernel)
+        stored |= set(kernel.outputs)
     intermediates = [b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE]
     return Schedule(graph, steps, intermediates, graph.buffers)
