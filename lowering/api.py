@@ -39,7 +39,7 @@ def compile_fx(gm, example_inputs: Sequence | None = None, backend: str | None =
     flat = list(codegen.process_inputs(*example_inputs))
     compiler = AtenCompiler(options, options.backend_for(flat))
     if not is_aten_graph(gm):
-        return compiler.aot()(gm, flat)
+        return compiler.aot(gm, flat)
     if needs_retrace(gm):
         gm = retrace(gm, flat)
     return FxCallable(compiler.compile(gm, "fx"), codegen)

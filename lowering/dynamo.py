@@ -10,6 +10,7 @@ from typing import Sequence
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch import config as functorch_config
 
 from .decompositions import decomposition_table
 from .options import CompileOptions
@@ -42,10 +43,15 @@ class AtenCompiler:
     def inference(self, gm, example_inputs):
         return BoxedGraph(self.compile(gm, "inf"))
 
-    def aot(self):
-        """An AOTAutograd wrapper that compiles every graph it produces with this compiler."""
-        return aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
-                            inference_compiler=self.inference, decompositions=decomposition_table())
+    def aot(self, gm: torch.fx.GraphModule, example_inputs: Sequence):
+        """Run AOTAutograd on a torch-level graph, compiling every graph it produces here.
+
+        User Triton kernels behind ``torch.library.triton_op`` stay opaque custom ops (they are
+        called through ATen as Extern nodes) instead of being decomposed into kernel wrappers."""
+        aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
+                           inference_compiler=self.inference, decompositions=decomposition_table())
+        with functorch_config.patch(decompose_custom_triton_ops=False):
+            return aot(gm, example_inputs)
 
 
 def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options: dict | None = None,
@@ -57,4 +63,4 @@ def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options
         raise ValueError(f"loopnest backend: unexpected arguments {sorted(kwargs)}; pass options={{...}}")
     opts = CompileOptions.from_dict(options)
     compiler = AtenCompiler(opts, opts.backend_for(example_inputs))
-    return compiler.aot()(gm, example_inputs)
+    return compiler.aot(gm, example_inputs)

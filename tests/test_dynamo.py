@@ -207,3 +207,103 @@ def test_explain_reports_kernels_and_fallbacks():
     assert [f.op for f in e.graphs[0].fallbacks] == ["aten.addmm.default"]
     text = str(e)
     assert "kernel ln_" in text and "fallback aten.addmm.default: matrix multiply" in text
+
+
+def test_user_triton_op_passes_through_as_extern(tmp_path):
+    """A ``torch.library.triton_op`` stays one opaque op (run in Triton's CPU interpreter here)."""
+    code = '''
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+from torch.library import triton_op, wrap_triton
+import loopnest as ln
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+@triton_op("lntest::tadd", mutates_args={})
+def tadd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    wrap_triton(add_kernel)[(triton.cdiv(x.numel(), 16),)](x, y, out, x.numel(), BLOCK=16)
+    return out
+
+@tadd.register_fake  # the interpreter cannot run on fake tensors; on a GPU the default works
+def _(x, y):
+    return torch.empty_like(x)
+
+x, y = torch.randn(40), torch.randn(40)
+f = lambda x, y: tadd(x.sin(), y) * 2
+e = ln.explain(f, x, y)
+assert [fb.op for fb in e.fallbacks] == ["lntest.tadd.default"], e
+torch.testing.assert_close(torch.compile(f, backend="loopnest")(x, y), (x.sin() + y) * 2)
+print("ok")
+'''
+    env = dict(os.environ, LOOPNEST_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+class Composites(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.gn = nn.GroupNorm(2, 4)
+
+    def forward(self, x):
+        a = torch.softmax(x, -1) + torch.log_softmax(x, 0) + Fn.gelu(self.ln(x))
+        var, mean = torch.var_mean(x, 1, keepdim=True)
+        g = self.gn(x.reshape(2, 4, 2, 2)).reshape(4, 8)
+        return a * var + mean + g
+
+
+def test_composites_are_lowered_not_externs():
+    """softmax, log_softmax, layer/group norm, gelu and var_mean, forward and backward: no Extern."""
+    recorded = []
+    torch.manual_seed(0)
+    m = Composites()
+    compare_module(m, torch.randn(4, 8), options={"recorder": recorded.append})
+    assert len(recorded) == 2
+    assert [fb.op for g in recorded for fb in g.program.fallbacks] == []
+
+
+def test_compile_fx_on_a_dynamo_graph_trains():
+    """Another compiler hands loopnest its Dynamo graphs through the Python API."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 2))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=lambda gm, ex: ln.compile_fx(gm, ex, backend="cpp"))
+    x = torch.randn(5, 6)
+    compiled(x).sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=RTOL, atol=ATOL)
+
+
+def test_triton_backend_forward_and_backward_in_the_interpreter(tmp_path):
+    """The same lowered graphs run on the Triton backend (CPU tensors in Triton's interpreter)."""
+    code = '''
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import copy, torch, torch.nn as nn
+import loopnest as ln
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.GELU(), nn.Linear(12, 3))
+ref = copy.deepcopy(m)
+x = torch.randn(5, 6)
+f = torch.compile(m, backend="loopnest", options={"backend": "triton"})
+out = f(x)
+torch.testing.assert_close(out, ref(x), rtol=1e-4, atol=1e-5)
+out.square().sum().backward()
+ref(x).square().sum().backward()
+for p, q in zip(m.parameters(), ref.parameters()):
+    torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+print("ok", ln.counters["graphs_compiled"])
+'''
+    env = dict(os.environ, LOOPNEST_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "ok 2"

@@ -2,8 +2,8 @@
 
 Every pointwise (unary/binary ufunc) and reduction OpInfo, float32 on CPU, forward, up to 4
 samples each. A sample passes when Dynamo hands the whole function to loopnest (fullgraph, one
-``graphs_compiled`` per sample) and the result matches eager. Complex-valued results are skipped
-(loopnest has no complex dtypes); samples eager itself rejects are skipped.
+``graphs_compiled`` per sample) and the result matches eager. Samples whose results have a dtype
+loopnest lacks (complex, uint64) are skipped, and so are samples eager itself rejects.
 """
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ import torch._dynamo
 import torch.utils._pytree as pytree
 
 import loopnest as ln
+from loopnest.ir.dtypes import ALL_DTYPES
 
 pytest.importorskip("expecttest")  # torch.testing._internal needs it
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo  # noqa: E402
 
 SAMPLES_PER_OP = 4
+SUPPORTED_DTYPES = {d.torch for d in ALL_DTYPES}  # no complex, no uint16/32/64
 CUDA_ONLY = {"jiterator_binary", "jiterator_binary_return_by_ref", "jiterator_unary"}
 
 
@@ -55,23 +57,27 @@ def _clone(tensors):
     return [t.clone() for t in tensors]
 
 
-def run_sample(op, sample) -> str | None:
-    """None if the sample passes, "skip: ..." if it does not count, else the failure."""
+def run_sample(op, sample, fallbacks: set) -> str | None:
+    """None if the sample passes, "skip: ..." if it does not count, else the failure; the ATen ops
+    that went to Extern calls are added to ``fallbacks``."""
     tensors, call = _split(sample)
     try:
         expected = call(op.op, *_clone(tensors))
     except Exception as e:  # eager rejects the sample: nothing to compare
         return f"skip: eager raised {type(e).__name__}"
     outs = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
-    if any(x.is_complex() for x in outs):
-        return "skip: complex result"
+    if any(x.dtype not in SUPPORTED_DTYPES for x in outs):
+        return "skip: result dtype loopnest does not have"
     torch._dynamo.reset()
     before = ln.counters["graphs_compiled"]
-    fn = torch.compile(lambda *ts: call(op.op, *ts), backend="loopnest", fullgraph=True)
+    recorded = []
+    fn = torch.compile(lambda *ts: call(op.op, *ts), backend="loopnest", fullgraph=True,
+                       options={"recorder": recorded.append})
     try:
         actual = fn(*_clone(tensors))
     except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    fallbacks.update(f.op for g in recorded for f in g.program.fallbacks)
     if ln.counters["graphs_compiled"] == before:
         return "loopnest compiled nothing"
     try:
@@ -82,17 +88,19 @@ def run_sample(op, sample) -> str | None:
     return None
 
 
-def sweep(ops) -> tuple[int, int, dict]:
-    """Run up to SAMPLES_PER_OP samples of each op; (passed, counted, failures by op)."""
+def sweep(ops) -> tuple[int, int, dict, dict]:
+    """Run up to SAMPLES_PER_OP samples of each op; (passed, counted, failures by op, Extern
+    fallbacks by op)."""
     torch._dynamo.config.recompile_limit = 1 << 20
     torch._dynamo.config.accumulated_recompile_limit = 1 << 20
     torch._dynamo.config.cache_size_limit = 1 << 20
     passed = counted = 0
     failures: dict[str, list[str]] = {}
+    externs: dict[str, set] = {}
     for op in ops:
         samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_OP]
         for sample in samples:
-            result = run_sample(op, sample)
+            result = run_sample(op, sample, externs.setdefault(op_name(op), set()))
             if result is not None and result.startswith("skip"):
                 continue
             counted += 1
@@ -100,14 +108,19 @@ def sweep(ops) -> tuple[int, int, dict]:
                 passed += 1
             else:
                 failures.setdefault(op_name(op), []).append(result)
-    return passed, counted, failures
+    return passed, counted, failures, externs
 
 
-def _report(passed: int, counted: int, failures: dict) -> float:
+def _report(passed: int, counted: int, failures: dict, externs: dict) -> float:
     rate = passed / max(counted, 1)
-    print(f"\nOpInfo sweep: {passed}/{counted} samples match eager ({100 * rate:.1f}%)")
+    lowered = sorted(name for name, ops in externs.items() if not ops and name not in failures)
+    print(f"\nOpInfo sweep: {passed}/{counted} samples match eager ({100 * rate:.1f}%); "
+          f"{len(lowered)} of {len(externs)} ops compiled with no Extern call")
     for name, errs in sorted(failures.items()):
         print(f"  FAIL {name}: {len(errs)} sample(s): {errs[0]}")
+    for name, ops in sorted(externs.items()):
+        if ops:
+            print(f"  extern {name}: {', '.join(sorted(ops))}")
     return rate
 
 
@@ -115,13 +128,13 @@ def _report(passed: int, counted: int, failures: dict) -> float:
 def test_opinfo_sweep_all():
     ops = sweep_ops()
     assert len(ops) >= 150
-    passed, counted, failures = sweep(ops)
-    assert _report(passed, counted, failures) >= 0.97
+    passed, counted, failures, externs = sweep(ops)
+    assert _report(passed, counted, failures, externs) >= 0.97
 
 
 def test_opinfo_sweep_sampled():
     """About 20 ops, a fixed random choice, so the default run stays fast."""
     ops = random.Random(1234).sample(sweep_ops(), 20)
-    passed, counted, failures = sweep(ops)
+    passed, counted, failures, externs = sweep(ops)
     assert counted >= 40
-    assert _report(passed, counted, failures) >= 0.97
+    assert _report(passed, counted, failures, externs) >= 0.97
