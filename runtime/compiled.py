@@ -38,21 +38,30 @@ class CompiledGraph:
         self.name = name
         self.inputs: list[Buffer] = [self.graph.buffers[n] for n in self.graph.inputs]
         self.bindings = _bindings(self.inputs)
-        self.allocations = [self.graph.buffers[n] for n in self._allocated()]
         self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
         self.extern_outputs = {o for s in schedule.externs for o in s.outs}
+        self.memory = schedule.memory
+        self.allocations = [self.graph.buffers[n] for n in self._allocated()]
+        self.planned = [(self.graph.buffers[b], slot) for b, slot in self.memory.slot_of.items()]
         self.poison = settings.poison_outputs()
 
     def _allocated(self) -> list[str]:
+        """Buffers allocated one by one: outputs and intermediates outside the memory plan."""
         outs = [o.buffer for o in self.graph.outputs]
-        return list(dict.fromkeys(outs + list(self.schedule.intermediates)))
+        names = dict.fromkeys(outs + list(self.schedule.intermediates))
+        inputs = set(self.graph.inputs)
+        return [n for n in names if n not in self.memory.slot_of and n not in self.extern_outputs
+                and n not in inputs]
 
     def __call__(self, *args: torch.Tensor):
         env = self.check_inputs(args)
         buffers = {b.name: t for b, t in zip(self.inputs, args)}
         for b in self.allocations:
-            if b.name not in buffers and b.name not in self.extern_outputs:
-                buffers[b.name] = _allocate(b, env, self.device, self.poison)
+            buffers[b.name] = _allocate(b, env, self.device, self.poison)
+        if self.planned:
+            slots = [torch.empty(_eval(n, env), dtype=torch.uint8, device=self.device) for n in self.memory.slots]
+            for b, slot in self.planned:
+                buffers[b.name] = _slot_view(slots[slot], b, env, self.poison)
         for step, launch in self.steps:
             if launch is not None:
                 launch(buffers, env)
@@ -113,12 +122,25 @@ def _allocate(b: Buffer, env: dict[str, int], device: str, poison: bool) -> torc
     sizes = [_eval(s, env) for s in b.layout.sizes]
     strides = [_eval(s, env) for s in b.layout.strides]
     t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch, device=device)
-    if poison:
-        t.fill_(_POISON.get(b.dtype.kind, 0) if not b.dtype.is_float else float("nan"))
-    return t
+    return _poison(t, b) if poison else t
+
+
+def _poison(t: torch.Tensor, b: Buffer) -> torch.Tensor:
+    """Fill with NaN (floats) or a sentinel, so elements no kernel writes stand out."""
+    return t.fill_(float("nan") if b.dtype.is_float else _POISON[b.dtype.kind])
 
 
 _POISON = {Kind.INT: -77, Kind.UINT: 77, Kind.BOOL: True}
+
+
+def _slot_view(slot: torch.Tensor, b: Buffer, env: dict[str, int], poison: bool) -> torch.Tensor:
+    """Contiguous buffer ``b`` placed at the start of a planned memory slot."""
+    sizes = [_eval(s, env) for s in b.layout.sizes]
+    numel = 1
+    for n in sizes:
+        numel *= n
+    t = slot[: numel * b.dtype.itemsize].view(b.dtype.torch).view(sizes)
+    return _poison(t, b) if poison else t
 
 
 def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..ir.nodes import Buffer, BufferKind, Extern, Graph
 from .fusion import build_kernel, extern_buffers, group_nodes, inline_pointwise, node_reads
 from .kernel import Kernel
+from .memory import MemoryPlan, plan_memory
 
 Step = Kernel | Extern
 
@@ -19,6 +20,7 @@ class Schedule:
     steps: list[Step]
     intermediates: list[str]          # stored by one step, read by a later one, not outputs
     buffers: dict[str, Buffer] = field(repr=False, default_factory=dict)
+    memory: MemoryPlan = field(default_factory=MemoryPlan)
 
     @property
     def kernels(self) -> list[Kernel]:
@@ -29,8 +31,8 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, Extern)]
 
 
-def schedule(graph: Graph, name: str = "kernel") -> Schedule:
-    """Fuse ``graph`` into kernels named ``ln_{name}_{k}``."""
+def schedule(graph: Graph, name: str = "kernel", plan: bool = True) -> Schedule:
+    """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory."""
     nodes = inline_pointwise(graph)
     groups = group_nodes(nodes)
     outputs = {o.buffer for o in graph.outputs}
@@ -58,5 +60,6 @@ def schedule(graph: Graph, name: str = "kernel") -> Schedule:
         kernel = build_kernel(g, graph, needed, f"ln_{name}_{k}")
         steps.append(kernel)
         stored |= set(kernel.outputs)
-    intermediates = [b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE]
-    return Schedule(graph, steps, intermediates, graph.buffers)
+    intermediates = sorted(b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE)
+    memory = plan_memory(steps, intermediates, graph.buffers) if plan else MemoryPlan()
+    return Schedule(graph, steps, intermediates, graph.buffers, memory)

@@ -134,3 +134,19 @@ def test_bytes_and_flops_of_softmax():
     (kernel,) = kernels_of([softmax(x)], [x])
     assert kernel.bytes_moved() == 2 * 16 * 64 * 4
     assert kernel.flops().as_int() > 0
+
+
+def test_memory_planning_reuses_dead_intermediates():
+    x = ln.placeholder("x", (8, 16), ln.float32)
+    w = ln.placeholder("w", (16, 16), ln.float32)
+    spec = [((8, 16), ln.float32, None)]
+    (a,) = extern("aten.mm.default", torch.mm, (ln.exp(x), w), {}, spec)
+    (b,) = extern("aten.mm.default", torch.mm, (ln.tanh(a), w), {}, spec)
+    (c,) = extern("aten.mm.default", torch.mm, (ln.sin(b), w), {}, spec)
+    graph = GraphBuilder({"x": Layout.contiguous((8, 16)), "w": Layout.contiguous((16, 16))}).build([x, w], [c])
+    plan = schedule(graph).memory
+    assert plan.bytes_without_reuse == 3 * 8 * 16 * 4
+    assert plan.bytes_with_reuse == 8 * 16 * 4, "each input of an mm is dead once that mm ran"
+    X, W = torch.randn(8, 16), torch.randn(16, 16) / 4
+    expect = torch.sin(torch.tanh(X.exp() @ W) @ W) @ W
+    assert_close(ln.compile(c, inputs=[x, w])(X, W), expect, "planned graph")
