@@ -399,6 +399,39 @@ def mod(num: Index, den: Index) -> Index:
     return Index.of(Mod(r, den))
 
 
+def recombine_divmod(e: Index) -> Index:
+    """Rewrite ``k*d*(n // d) + k*(n % d)`` as ``k*n``, which views of views produce.
+
+    Reshaping a merged dimension back apart and flattening it again (a transposed attention
+    output seen as a matrix) leaves such pairs; recombined, the access is strided again.
+    """
+    while True:
+        divs: dict[tuple, list] = {}
+        mods: dict[tuple, list] = {}
+        for m, c in e.terms:
+            for a in m:
+                if isinstance(a, (FloorDiv, Mod)):
+                    rest = list(m)
+                    rest.remove(a)
+                    factor = Index(((tuple(rest), c),)) if rest else Index.of(c)
+                    (divs if isinstance(a, FloorDiv) else mods).setdefault((a.num, a.den), []).append(
+                        (Index(((m, c),)), factor))
+        pair = _matching_divmod(divs, mods)
+        if pair is None:
+            return e
+        (num, _), div_term, mod_term, factor = pair
+        e = e - div_term - mod_term + num * factor
+
+
+def _matching_divmod(divs, mods):
+    for key, div_terms in divs.items():
+        for mod_term, mod_factor in mods.get(key, ()):
+            for div_term, div_factor in div_terms:
+                if div_factor == mod_factor * key[1]:
+                    return key, div_term, mod_term, mod_factor
+    return None
+
+
 def sym(name: str) -> Index:
     """A symbolic size as an index expression."""
     return Index.of(Sym(name))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from .dtypes import DType
 from .expr import Expr
-from .index import Index, IntLike, Sym, Var, contiguous_strides, product
+from .index import Index, IntLike, Sym, Var, contiguous_strides, product, recombine_divmod
 from .ops import ReduceOp
 
 
@@ -56,7 +56,7 @@ class Layout:
         for i, s, n in zip(index, self.strides, self.sizes):
             if n != 1:
                 flat = flat + i * s
-        return flat
+        return recombine_divmod(flat)
 
     def stride_pattern(self) -> tuple:
         """Size-free description of the layout: order of strides, broadcast and unit dims."""
