@@ -3,7 +3,7 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
-from loopnest.ir.index import Index, evaluate, sym, var
+from loopnest.ir.index import FloorDiv, Index, Mod, evaluate, recombine_divmod, sym, var
 from loopnest.ir.nodes import Layout
 
 
@@ -77,3 +77,15 @@ def test_index_of_rejects_floats():
         assert "ints" in str(e)
     else:
         raise AssertionError("expected TypeError")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 5), st.integers(-3, 3))
+def test_recombine_divmod_is_exact(d, n_hi, k, c):
+    """k*d*(j//d) + k*(j%d) + c recombines to k*j + c, and agrees with Python everywhere."""
+    j = var("j", d * n_hi)
+    e = (j // d) * (k * d) + (j % d) * k + c
+    r = recombine_divmod(e)
+    assert not any(isinstance(a, (FloorDiv, Mod)) for a in r.atoms())
+    for value in range(d * n_hi):
+        assert evaluate(r, {"j": value}) == evaluate(e, {"j": value})

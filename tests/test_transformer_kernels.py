@@ -1,0 +1,25 @@
+"""A TransformerEncoderLayer forward (eval) compiles to no more kernels than Inductor's."""
+import re
+
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import loopnest
+
+
+def test_transformer_encoder_layer_kernel_count_vs_inductor():
+    torch.backends.mha.set_fastpath_enabled(False)  # the fused fast path would hide the graph
+    try:
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+        x = torch.randn(2, 16, 64)
+        with torch.no_grad():
+            ours = loopnest.explain(layer, x).num_kernels
+            torch._dynamo.reset()
+            _, code = run_and_get_code(torch.compile(layer), x)
+        theirs = len(set(re.findall(r"(cpp_fused_\w+) = async_compile", "\n".join(code))))
+        assert theirs > 0
+        assert ours <= theirs, f"loopnest {ours} kernels, Inductor {theirs}"
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+        torch._dynamo.reset()
