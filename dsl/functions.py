@@ -93,6 +93,8 @@ def _prepare(args, in_dtype: DType, shape):
 def apply(op: Op, *args, dtype: DType | None = None) -> Tensor:
     """Apply scalar ``op`` elementwise with promotion and broadcasting."""
     args = tuple(_as_tensor_or_scalar(a) for a in args)
+    if op is Op.POW and _small_int_exponent(args) and dtype is None:
+        return _power_by_multiplication(args[0], int(args[1]))
     tensors = [a for a in args if isinstance(a, Tensor)]
     shape = broadcast_shapes(*(t.shape for t in tensors), what=op.name.lower())
     in_dtype = result_dtype(args)
@@ -107,6 +109,21 @@ def apply(op: Op, *args, dtype: DType | None = None) -> Tensor:
     else:
         out_dtype = dtype or in_dtype
     return Tensor(shape, out_dtype, PointwiseSrc(op, _prepare(args, in_dtype, shape)))
+
+
+def _small_int_exponent(args) -> bool:
+    base, exponent = args
+    return (isinstance(base, Tensor) and not isinstance(exponent, (Tensor, bool))
+            and isinstance(exponent, (int, float)) and float(exponent).is_integer() and 1 <= exponent <= 4
+            and (base.dtype.is_float or (base.dtype.is_int and isinstance(exponent, int))))
+
+
+def _power_by_multiplication(base: Tensor, exponent: int) -> Tensor:
+    """``base ** k`` for k in 1..4 as products: exact, and vectorizes where ``pow`` calls do not."""
+    result = base
+    for _ in range(exponent - 1):
+        result = apply(Op.MUL, result, base)
+    return result
 
 
 def _unary(op: Op):
