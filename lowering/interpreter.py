@@ -17,11 +17,11 @@ import torch
 from torch._ops import OpOverload
 
 from ..dsl import functions as F
-from ..dsl.build import GraphBuilder
-from ..dsl.tensor import PlaceholderSrc, Tensor, placeholder
+from ..dsl.build import GraphBuilder, strided_layout
+from ..dsl.tensor import PlaceholderSrc, Tensor, ViewSrc, placeholder
 from ..ir import dtypes as dt
-from ..ir.index import Index, contiguous_strides
-from ..ir.nodes import Graph, Layout
+from ..ir.index import Index, contiguous_strides, is_nonneg
+from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import bare_symbol, shape_of, strides_of, symbols_in, to_index
@@ -196,6 +196,9 @@ class FxLowering:
             if isinstance(v, Tensor):
                 if v.id in inputs:
                     return OutputLeaf("arg", inputs[v.id])
+                view = self._input_view(v)
+                if view is not None:
+                    return OutputLeaf("arg_view", view)
                 if v.id not in slot:
                     slot[v.id] = len(graph_outputs)
                     graph_outputs.append(v)
@@ -220,6 +223,21 @@ class FxLowering:
         return LoweredProgram(graph, self.num_args, self.tensor_inputs, [c for _, c in self.constants],
                               sources, carriers, plan, mutations, self.fallbacks)
 
+    def _input_view(self, t: Tensor) -> tuple[int, Layout] | None:
+        """(argument, layout) if ``t`` is a strided view of a tensor argument: returned as a view of
+        the argument at run time instead of a copy (e.g. transposed weights saved for backward)."""
+        root, index = t, domain_vars(t.shape, "i")
+        while isinstance(root.src, ViewSrc):
+            index = root.src.remap(index)
+            root = root.src.base
+        ti = next((ti for ti in self.tensor_inputs if ti.tensor is root), None)
+        if ti is None or root is t:
+            return None
+        layout = strided_layout(t.shape, domain_vars(t.shape, "i"), Layout(root.shape, ti.strides).flat_index(index))
+        if layout is None or any(not is_nonneg(s) for s in layout.strides + (layout.offset,)):
+            return None
+        return ti.position, layout
+
     def _symbol_sources(self) -> tuple[dict, list[str]]:
         """Where each symbol's value comes from; symbols known only from SymInt arguments get a
         size-carrier input so the compiled graph can bind them."""
@@ -237,7 +255,8 @@ class FxLowering:
 @dataclass(frozen=True)
 class OutputLeaf:
     """One output value: ``graph`` (compiled output k), ``arg`` (an input passed through),
-    ``size`` (an Index evaluated at run time) or ``value`` (a constant)."""
+    ``arg_view`` (a strided view of an input: (argument, Layout)), ``size`` (an Index evaluated at
+    run time) or ``value`` (a constant)."""
 
     kind: str
     value: Any

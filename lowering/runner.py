@@ -49,17 +49,18 @@ class LoweredGraph:
         """Run on a list of arguments (AOTAutograd's boxed convention)."""
         p = self.program
         env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
-        tensors = [_fit(args[ti.position], ti, env) for ti in p.tensor_inputs]
-        tensors += p.constants
+        fitted = [_fit(args[ti.position], ti, env) for ti in p.tensor_inputs]
+        tensors = fitted + p.constants
         tensors += [self._carrier.expand(env[name]) for name in p.carriers]
         token = SYMBOL_ENV.set(env)
         try:
             outs = self.compiled(*tensors)
         finally:
             SYMBOL_ENV.reset(token)
+        views = {ti.position: t for ti, t in zip(p.tensor_inputs, fitted)}
         for position, leaf in p.mutations:
-            args[position].copy_(_value(leaf, outs, args, env))
-        return _tree_map(lambda leaf: _value(leaf, outs, args, env), p.outputs)
+            args[position].copy_(_value(leaf, outs, args, views, env))
+        return _tree_map(lambda leaf: _value(leaf, outs, args, views, env), p.outputs)
 
 
 class BoxedGraph:
@@ -77,7 +78,7 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict) -> torch.Tensor:
     """``t`` in the layout the graph was compiled for (copied only when its strides differ)."""
     if ti.contiguous:
         return t if t.is_contiguous() else t.contiguous()
-    want = [evaluate(s, env) if s.as_int() is None else s.as_int() for s in ti.strides]
+    want = [_int(s, env) for s in ti.strides]
     if all(n <= 1 or a == b for a, b, n in zip(t.stride(), want, t.shape)):
         return t
     out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
@@ -85,14 +86,25 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict) -> torch.Tensor:
     return out
 
 
-def _value(leaf: OutputLeaf, outs, args, env):
+def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
     if leaf.kind == "graph":
         return outs[leaf.value]
     if leaf.kind == "arg":
         return args[leaf.value]
+    if leaf.kind == "arg_view":
+        position, layout = leaf.value
+        base = fitted[position]
+        sizes = [_int(s, env) for s in layout.sizes]
+        strides = [_int(s, env) for s in layout.strides]
+        return base.as_strided(sizes, strides, base.storage_offset() + _int(layout.offset, env))
     if leaf.kind == "size":
         return evaluate(leaf.value, env)
     return leaf.value
+
+
+def _int(e, env) -> int:
+    c = e.as_int()
+    return c if c is not None else evaluate(e, env)
 
 
 def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str) -> LoweredGraph:

@@ -144,11 +144,14 @@ def _slot_view(slot: torch.Tensor, b: Buffer, env: dict[str, int], poison: bool)
 
 
 def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
+    """``t`` seen through ``layout``, whose offset counts from ``t``'s first element (as kernels
+    do: they get ``t.data_ptr()``), not from the start of its storage."""
     sizes = [_eval(s, env) for s in layout.sizes]
     strides = [_eval(s, env) for s in layout.strides]
-    if list(t.shape) == sizes and list(t.stride()) == strides and _eval(layout.offset, env) == 0:
+    offset = _eval(layout.offset, env)
+    if list(t.shape) == sizes and list(t.stride()) == strides and offset == 0:
         return t
-    return t.as_strided(sizes, strides, _eval(layout.offset, env))
+    return t.as_strided(sizes, strides, t.storage_offset() + offset)
 
 
 def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],

@@ -209,3 +209,18 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def test_extern_views_of_inputs_with_a_storage_offset():
+    """An input that is itself a view (storage offset > 0) passed to an extern through a strided
+    view: the view is taken relative to the input, not to the start of its storage."""
+    def f(a, b):
+        return torch.mm(a.t(), b), a.t()[1:] * 2
+
+    big = torch.randn(5, 3)
+    a, b = big[1:], torch.randn(4, 2)
+    assert a.storage_offset() == 3
+    gm = make_fx(f)(a, b)
+    compiled = ln.compile_fx(gm, [a, b])
+    for got, want in zip(compiled(a, b), f(a, b)):
+        torch.testing.assert_close(got, want)
