@@ -1,12 +1,277 @@
-"""The ``autotune`` command line: a thin layer over loopnest's Python API."""
+"""The ``autotune`` command line: a thin table of subcommands over loopnest's Python API.
+
+Every subcommand takes ``--db URL`` (default ``$LOOPNEST_DB``, else a SQLite file in the user
+cache dir) and ``--format table|json``. Usage errors print the subcommand's help.
+"""
+from __future__ import annotations
+
 import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import optuna
+import torch
+
+from .autotune import queries
+from .autotune.hardware import current_hardware, software_versions
+from .autotune.hooks import SPACE_MODULES, validate_stored_config
+from .autotune.options import SAMPLERS, TuneSettings
+from .autotune.report import write_report
+from .autotune.storage import open_db, resolve_url
+from .autotune.sweep import default_backend, sweep, target
+from .autotune.workloads import SIZE_CLASSES, WORKLOADS
+from .db.api import ImportRowError, WinnerRecord
+
+WINNER_COLUMNS = ("name", "kernel", "backend", "sizes", "dtypes", "time_us", "default_time_us", "speedup",
+                  "stale", "config")
 
 
-def main(argv=None):
-    """Entry point of the ``autotune`` console script."""
+# -- output ---------------------------------------------------------------------------------------
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(v) for v in value) if all(isinstance(v, int) for v in value) else ",".join(map(str, value))
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return "-" if value is None else str(value)
+
+
+def table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Rows as an aligned text table."""
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def emit(args, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """Print rows as a table or a JSON array, as ``--format`` asks."""
+    if args.format == "json":
+        print(json.dumps(list(rows), indent=2, default=str))
+    else:
+        print(table(rows, columns) if rows else "(nothing)")
+
+
+def winner_row(w: WinnerRecord) -> dict:
+    """A winner as a JSON object (``db list --format json``)."""
+    row = w.to_json()
+    row["hardware"] = w.hardware.to_dict()
+    return row
+
+
+# -- subcommands ------------------------------------------------------------------------------------
+def cmd_sweep(args) -> int:
+    backend = args.backend or default_backend()
+    settings = TuneSettings(trials=args.trials, time_budget_s=args.time_budget, timeout_s=args.timeout,
+                            sampler=args.sampler, db_url=resolve_url(args.db), study_prefix=args.study,
+                            seed=args.seed, force=True, progress=not args.no_progress,
+                            **({"workers": args.workers} if args.workers else {}))
+    rows = []
+    for spec in args.workloads:
+        print(f"sweeping {spec} on {backend} ...", file=sys.stderr)
+        for r in sweep(target(spec, backend, args.size), backend, settings):
+            rows.append({"workload": spec, **r.to_json()})
+    for row in rows:
+        row["trials"] = f"{row['ok']}/{row['failed']}"
+    emit(args, rows, ("workload", "kernel", "sizes", "default_us", "best_us", "speedup", "trials", "stored"))
+    return 0
+
+
+def cmd_db_list(args) -> int:
+    db = open_db(resolve_url(args.db))
+    winners = db.winners(backend=args.backend, stale=True if args.stale else None)
+    if args.kernel:
+        winners = [w for w in winners if w.kernel_hash.startswith(args.kernel) or w.name == args.kernel]
+    emit(args, [winner_row(w) for w in winners], WINNER_COLUMNS)
+    return 0
+
+
+def cmd_db_show(args) -> int:
+    db = open_db(resolve_url(args.db))
+    winners = queries.kernel_winners(db, args.kernel)
+    hashes = {w.kernel_hash for w in winners} or {args.kernel}
+    trials = [t for t in db.trials() if any(t.kernel_hash.startswith(h) for h in hashes)]
+    if args.format == "json":
+        print(json.dumps({"winners": [winner_row(w) for w in winners],
+                          "trials": [t.__dict__ for t in trials]}, indent=2, default=str))
+        return 0
+    print(f"winners of {args.kernel}:")
+    emit(args, [winner_row(w) for w in winners], WINNER_COLUMNS)
+    print(f"\ntrials ({len(trials)}):")
+    rows = [{**t.__dict__, "state": t.state.value} for t in trials]
+    emit(args, rows, ("id", "sizes", "state", "p50_us", "config", "message"))
+    return 0
+
+
+def cmd_db_best(args) -> int:
+    db = open_db(resolve_url(args.db))
+    results = queries.best(db, args.kernel, queries.parse_sizes(args.sizes))
+    rows = [{"kind": r.kind.value, "kernel": r.winner.kernel_hash if r.winner else args.kernel,
+             "name": r.winner.name if r.winner else None, "sizes": r.winner.sizes if r.winner else None,
+             "time_us": r.winner.time_us if r.winner else None, "measured": r.is_measured,
+             "config": r.config} for r in results]
+    emit(args, rows, ("kind", "name", "kernel", "sizes", "time_us", "measured", "config"))
+    return 0 if rows else 1
+
+
+def _devices() -> list[str]:
+    return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+
+def cmd_db_stale(args) -> int:
+    db = open_db(resolve_url(args.db))
+    rows = [{**winner_row(s.winner), "changed": {k: f"{a} -> {b}" for k, (a, b) in s.changed.items()}}
+            for s in queries.stale_winners(db)]
+    emit(args, rows, ("name", "kernel", "backend", "sizes", "time_us", "changed"))
+    return 0
+
+
+def cmd_db_export(args) -> int:
+    db = open_db(resolve_url(args.db))
+    if args.out:
+        with open(args.out, "w") as fp:
+            count = db.export_jsonl(fp)
+    else:
+        count = db.export_jsonl(sys.stdout)
+    print(f"exported {count} winners", file=sys.stderr)
+    return 0
+
+
+def cmd_db_import(args) -> int:
+    db = open_db(resolve_url(args.db))
+    try:
+        with open(args.file) as fp:
+            count = db.import_jsonl(fp, validate_stored_config)
+    except ImportRowError as exc:
+        print(f"autotune: import failed, nothing imported: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported {count} winners")
+    return 0
+
+
+def cmd_db_gc(args) -> int:
+    count = open_db(resolve_url(args.db)).gc(args.older_than)
+    emit(args, [{"deleted_trials": count, "older_than_days": args.older_than}], ("deleted_trials", "older_than_days"))
+    return 0
+
+
+def cmd_hardware(args) -> int:
+    rows = []
+    for device in _devices():
+        hw = current_hardware(device)
+        backend = "triton" if device.startswith("cuda") else "cpp"
+        rows.append({"device": device, **hw.to_dict(), "software": software_versions(backend)})
+    emit(args, rows, ("device", "fingerprint", "kind", "name", "capability", "cores", "memory_bytes"))
+    return 0
+
+
+def cmd_report(args) -> int:
+    url = resolve_url(args.db)
+    storage = optuna.storages.RDBStorage(url)
+    names = optuna.get_all_study_names(storage)
+    if args.study not in names:
+        matches = [n for n in names if args.study in n]
+        if len(matches) != 1:
+            listing = "\n  ".join(names) or "(none)"
+            print(f"autotune: no study {args.study!r} in {url}; studies:\n  {listing}", file=sys.stderr)
+            return 1
+        args.study = matches[0]
+    out = write_report(optuna.load_study(study_name=args.study, storage=storage), Path(args.out))
+    print(f"wrote {out}")
+    return 0
+
+
+# -- the parser ----------------------------------------------------------------------------------------
+def _common(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """``--db`` and ``--format`` (on subcommands they override the top-level ones only when given)."""
+    default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    parser.add_argument("--db", default=default(None), help="tuning DB URL (default: $LOOPNEST_DB or "
+                        "sqlite:///<user cache dir>/tuning.db)")
+    parser.add_argument("--format", choices=("table", "json"), default=default("table"), help="output format")
+
+
+def _sweep_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="tune every kernel of built-in or module:function workloads",
+                       description=f"Built-in workloads: {', '.join(WORKLOADS)} (the first ten are the "
+                                   "issue's; the rest are matmul-free transformer pieces). "
+                                   "module:function names a function returning (fn, example_inputs).")
+    p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
+    p.add_argument("--backend", choices=sorted(SPACE_MODULES), help="default: triton with CUDA, else cpp")
+    p.add_argument("--trials", type=int, default=24, help="configs measured per kernel (default 24)")
+    p.add_argument("--time-budget", type=float, default=120.0, help="seconds per kernel (default 120)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per trial (default 60)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="auto", help="auto: grid for small spaces, else tpe")
+    p.add_argument("--study", default="ln", metavar="PREFIX", help="study name prefix (default ln)")
+    p.add_argument("--size", choices=SIZE_CLASSES, help="input sizes (default: gpu on CUDA, else cpu)")
+    p.add_argument("--seed", type=int, help="sampler seed")
+    p.add_argument("--workers", type=int, help="parallel compiles (default: CPU count)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _common(p)
+    p.set_defaults(handler=cmd_sweep)
+
+
+def _db_parser(sub) -> None:
+    db = sub.add_parser("db", help="query and maintain the tuning database")
+    dbsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    specs: list[tuple[str, str, Callable, Callable]] = [
+        ("list", "winners (one per tuning key)", cmd_db_list, lambda p: (
+            p.add_argument("--kernel", help="structural hash prefix or name"),
+            p.add_argument("--backend", choices=sorted(SPACE_MODULES)),
+            p.add_argument("--stale", action="store_true", help="only winners marked stale"))),
+        ("show", "a kernel's winners and trials", cmd_db_show,
+         lambda p: p.add_argument("kernel", help="structural hash prefix or name")),
+        ("best", "this machine's stored config for a kernel at some sizes", cmd_db_best, lambda p: (
+            p.add_argument("kernel", help="structural hash prefix or name"),
+            p.add_argument("--sizes", required=True, help="loop sizes, e.g. 8192x2048"))),
+        ("stale", "winners measured with other software than this machine's", cmd_db_stale, lambda p: None),
+        ("export", "write winners as JSON lines", cmd_db_export,
+         lambda p: p.add_argument("--out", help="file (default: stdout)")),
+        ("import", "read winners from JSON lines (every row validated; a bad row imports nothing)",
+         cmd_db_import, lambda p: p.add_argument("file")),
+        ("gc", "delete old trials that no winner references", cmd_db_gc,
+         lambda p: p.add_argument("--older-than", type=float, default=30.0, metavar="DAYS")),
+    ]
+    for name, help_, handler, extra in specs:
+        p = dbsub.add_parser(name, help=help_, description=help_)
+        extra(p)
+        _common(p)
+        p.set_defaults(handler=handler)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``autotune`` argument parser."""
     parser = argparse.ArgumentParser(prog="autotune", description="loopnest autotuner and tuning database")
-    parser.parse_args(argv)
+    _common(parser, top=True)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the tuner does")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _sweep_parser(sub)
+    _db_parser(sub)
+    hw = sub.add_parser("hardware", help="this machine's hardware fingerprint and software versions")
+    _common(hw)
+    hw.set_defaults(handler=cmd_hardware)
+    rep = sub.add_parser("report", help="plots of a study: history, parameter importance, best vs default")
+    rep.add_argument("study", help="study name (or a unique part of it)")
+    rep.add_argument("--out", required=True, help="output file: .png or .html")
+    _common(rep)
+    rep.set_defaults(handler=cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``autotune`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return args.handler(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"autotune: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import importlib
 import logging
 from pathlib import Path
 
 from . import settings
-from .autotune.compile_time import GraphExample, Plan, example_env, lookup_configs, sweep_compiled
-from .autotune.options import TuneSettings, check_mode
+from .autotune.options import GraphExample, TuneSettings, check_mode
 from .backends.registry import get_backend
 from .counters import counters
 from .ir.nodes import Graph
@@ -50,22 +51,29 @@ def compile_graph(graph: Graph, backend: str = "cpp", name: str = "graph", confi
     with gc_paused():
         verify(graph)
         sched = schedule_graph(graph, name)
-    plan = Plan({}, {}, [])
+    explicit = dict(configs or {})
+    stored, decisions, misses = {}, {}, []
     if tune != "off":
-        plan = lookup_configs(sched, be, settings_, example_env(graph, example))
-    chosen = _choose(sched, be, {**plan.configs, **(configs or {})})
+        plan = _tuner().lookup_configs(sched, be, settings_, _tuner().example_env(graph, example))
+        stored, decisions, misses = plan.configs, plan.decisions, [k for k in plan.misses if k not in explicit]
+    chosen = _choose(sched, be, {**stored, **explicit})
     compiled = _build(sched, be, chosen, name)
-    misses = [k for k in plan.misses if k not in (configs or {})]
     if tune == "sweep" and misses:
-        swept = sweep_compiled(compiled, be, misses, settings_, example)
+        swept = _tuner().sweep_compiled(compiled, be, misses, settings_, example)
         if swept:
-            plan.decisions.update(swept)
-            tuned = {k.name: be.validate_config(k, swept[k.name].config) for k in sched.kernels
-                     if k.name in swept}
-            chosen = _choose(sched, be, {**plan.configs, **tuned, **(configs or {})})
-            compiled = _build(sched, be, chosen, name)
-    compiled.tuning = plan.decisions
+            decisions.update(swept)
+            tuned = {k.name: be.validate_config(k, swept[k.name].config) for k in sched.kernels if k.name in swept}
+            compiled = _build(sched, be, _choose(sched, be, {**stored, **tuned, **explicit}), name)
+    compiled.tuning = decisions
     return compiled
+
+
+@functools.lru_cache(maxsize=None)
+def _tuner():
+    """The tuner's compile-time entry points (``autotune.compile_time``), imported on first use:
+    they bring SQLAlchemy, Alembic, Optuna and Triton's testing module (seconds of imports) that
+    compiles with ``tune="off"`` never need."""
+    return importlib.import_module("loopnest.autotune.compile_time")
 
 
 def _choose(sched, be, configs: dict) -> list:

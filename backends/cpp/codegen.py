@@ -188,13 +188,13 @@ class KernelWriter:
 
     def parallel_for(self, count: int, indent: str = "  ") -> None:
         collapse = f" collapse({count})" if count > 1 else ""
-        self.out(indent, f"#pragma omp parallel for schedule(static){collapse}{self.threads}")
+        self.out(indent, f"#pragma omp parallel for {self.cfg.omp_schedule}{collapse}{self.threads}")
 
     # -- pointwise --------------------------------------------------------------------------------
     def pointwise(self) -> None:
         pv = self.k.pvars()
         if len(pv) == 1:
-            self.out("  ", f"#pragma omp parallel for simd schedule(static){self.threads}")
+            self.out("  ", f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
             self.parallel_for(len(pv) - 1)

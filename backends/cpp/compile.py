@@ -23,6 +23,10 @@ class CompileError(RuntimeError):
     """g++ rejected generated code; the message gives the source path and the compiler output."""
 
 
+class CompileTimeout(CompileError, TimeoutError):
+    """g++ ran longer than the caller allowed and was killed."""
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_version() -> str:
     """``g++ --version`` first line (part of the cache key)."""
@@ -36,8 +40,11 @@ def library_path(source: str) -> Path:
     return settings.cache_dir() / "cpp" / key[:2] / f"{key}.so"
 
 
-def build(source: str) -> Path:
-    """Compile ``source`` unless cached; atomic, so concurrent builders never see a torn file."""
+def build(source: str, timeout: float | None = None) -> Path:
+    """Compile ``source`` unless cached; atomic, so concurrent builders never see a torn file.
+
+    ``timeout`` (seconds) kills a g++ that runs longer and raises ``CompileTimeout``.
+    """
     path = library_path(source)
     if path.exists():
         counters["code_cache_hits"] += 1
@@ -48,7 +55,11 @@ def build(source: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([CXX, *FLAGS, str(src_path), "-o", tmp], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([CXX, *FLAGS, str(src_path), "-o", tmp], capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CompileTimeout(f"g++ took longer than {timeout:g} s on {src_path}; killed") from None
         if proc.returncode != 0:
             raise CompileError(f"g++ failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
         os.replace(tmp, path)

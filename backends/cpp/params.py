@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+
+SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
 
 
 @dataclass(frozen=True)
@@ -11,12 +13,16 @@ class CppConfig:
 
     ``threads``: OpenMP threads (0: all cores); ``lanes``: partial states per row for reductions
     vectorized through lane arrays (Welford, argmax); ``chunk``: adjacent columns one thread owns
-    when a kernel reduces over an outer dimension.
+    when a kernel reduces over an outer dimension; ``schedule`` and ``grain``: the OpenMP
+    schedule of the parallel loop over rows, columns or elements and its chunk size (0: the
+    schedule's default, for ``static`` one contiguous block per thread).
     """
 
     threads: int = 0
     lanes: int = 16
     chunk: int = 64
+    schedule: str = "static"
+    grain: int = 0
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -28,6 +34,15 @@ class CppConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > 1024 \
                     or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two in 1..1024, got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:
+            raise ValueError(f"grain must be an int in 0..65536, got {self.grain!r}")
+
+    @property
+    def omp_schedule(self) -> str:
+        """The ``schedule(...)`` clause of the parallel loop."""
+        return f"schedule({self.schedule}{f', {self.grain}' if self.grain else ''})"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -35,7 +50,7 @@ class CppConfig:
     @staticmethod
     def from_json(data: dict) -> "CppConfig":
         """Validate and build a config from stored JSON (unknown keys are an error)."""
-        unknown = set(data) - {"threads", "lanes", "chunk"}
+        unknown = set(data) - {f.name for f in fields(CppConfig)}
         if unknown:
             raise ValueError(f"unknown C++ config keys: {sorted(unknown)}")
         return CppConfig(**data)

@@ -1,0 +1,176 @@
+"""Choosing kernel configs at compile time from the tuning DB (``tune="db"``) or a sweep.
+
+``tune="db"``: a kernel whose exact key has a winner measured with this software gets its
+config, validated against the backend's search space first (a tampered or corrupt row is skipped
+with a warning and never executed). A stale winner (other software or codegen version) or one at
+the nearest shape is only a warm start: the kernel gets its default and the decision says so.
+``tune="sweep"``: kernels without an exact winner are tuned on example inputs (given, or random
+ones with the reference interpreter as the oracle) and their winners stored. No benchmark runs
+for a kernel served from the DB.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..db.api import LookupKind, TuningKey
+from ..ir.dtypes import Kind
+from ..ir.expr import Load, loads, walk
+from ..ir.index import Indirect, evaluate
+from ..ir.interpret import bind_symbols
+from ..ir.nodes import Extern, Graph
+from ..runtime.compiled import CompiledGraph
+from ..scheduler import Schedule
+from .hardware import current_hardware, software_versions
+from .harness import GraphHarness
+from .measure import BenchOptions
+from .hooks import tuning_hooks
+from .keys import tuning_key
+from .options import GraphExample, TuneSettings
+from .storage import db_exists, open_db, resolve_url
+from .tuner import GraphTuner
+
+log = logging.getLogger("loopnest.autotune")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a kernel's config came from: ``source`` is "db", "sweep" or "default"; ``lookup``
+    what the DB had (exact, stale, nearest, miss, invalid, unkeyed, no-db)."""
+
+    kernel: str
+    source: str
+    lookup: str
+    config: dict[str, Any]
+    note: str = ""
+
+
+@dataclass
+class Plan:
+    """Configs chosen so far, their decisions, and the kernels left to sweep."""
+
+    configs: dict[str, Any]
+    decisions: dict[str, Decision]
+    misses: list[str]
+
+
+def device_of(backend) -> str:
+    """The torch device type a backend instance runs on."""
+    return "cuda" if backend.device == "cuda" else "cpu"
+
+
+def lookup_configs(schedule: Schedule, backend, settings: TuneSettings, env: dict[str, int]) -> Plan:
+    """Exact DB winners for the schedule's kernels; every other kernel is a miss (default)."""
+    url = resolve_url(settings.db_url)
+    plan = Plan({}, {}, [])
+    hardware = current_hardware(device_of(backend))
+    db = open_db(url) if db_exists(url) else None
+    software = software_versions(backend.name)
+    space_of = tuning_hooks(backend.name).search_space
+    for kernel in schedule.kernels:
+        key = tuning_key(kernel, backend.name, hardware, env)
+        default = backend.default_config(kernel).to_json()
+        if key is None or db is None:
+            plan.decisions[kernel.name] = Decision(kernel.name, "default", "unkeyed" if key is None else "no-db",
+                                                   default, "sizes unknown" if key is None else f"no DB at {url}")
+            plan.misses.append(kernel.name)
+            continue
+        found = db.lookup(key, software)
+        decision, config = _decide(kernel, found, key, space_of(kernel, hardware), default)
+        plan.decisions[kernel.name] = decision
+        if config is not None:
+            plan.configs[kernel.name] = config
+        else:
+            plan.misses.append(kernel.name)
+    return plan
+
+
+def _decide(kernel, found, key: TuningKey, space, default: dict) -> tuple[Decision, Any]:
+    if found.kind is LookupKind.MISS:
+        return Decision(kernel.name, "default", "miss", default), None
+    if found.kind is not LookupKind.EXACT:
+        what = ("measured with other software" if found.kind is LookupKind.STALE
+                else f"at the nearest shape {found.winner.sizes}")
+        note = f"warm start only: a winner {what}, {found.winner.time_us:.1f} us there"
+        return Decision(kernel.name, "default", found.kind.value, default, note), None
+    try:
+        config = space.validate(found.config)
+    except ValueError as exc:
+        log.warning("tuning DB: skipping the stored config of %s (%s %s): %s", kernel.name,
+                    key.kernel_hash, key.sizes_key, exc)
+        return Decision(kernel.name, "default", "invalid", default, f"stored config rejected: {exc}"), None
+    return Decision(kernel.name, "db", "exact", config.to_json(), f"{found.winner.time_us:.1f} us"), config
+
+
+def sweep_compiled(compiled: CompiledGraph, backend, kernels: Sequence[str], settings: TuneSettings,
+                   example: GraphExample | None) -> dict[str, Decision]:
+    """Tune ``kernels`` of ``compiled`` on the example (or random) inputs; winners are stored."""
+    graph = compiled.graph
+    if example is None:
+        env = _static_env(graph)
+        if env is None:
+            log.warning("tune='sweep' needs example inputs for a graph with symbolic sizes; using defaults")
+            return {}
+        example = GraphExample(tuple(random_inputs(graph, env, device_of(backend))))
+    inputs, expected = list(example.inputs), example.expected
+    harness = GraphHarness(compiled, lambda: list(compiled(*inputs)), expected,
+                           BenchOptions(budget_s=settings.measure_s))
+    db = open_db(resolve_url(settings.db_url))
+    tuner = GraphTuner(harness, backend, settings, db, current_hardware(device_of(backend)),
+                       software_versions(backend.name))
+    wanted = [k for k in compiled.schedule.kernels if k.name in kernels]
+    out = {}
+    for kernel, report in zip(wanted, tuner.tune_all(wanted)):
+        if report.config is not None:
+            default = "-" if report.default_us is None else f"{report.default_us:.1f}"
+            out[kernel.name] = Decision(kernel.name, "sweep", report.lookup, report.config,
+                                        f"{report.best_us:.1f} us, default {default} us")
+    return out
+
+
+def _static_env(graph: Graph) -> dict[str, int] | None:
+    return {} if not graph.symbols() else None
+
+
+def example_env(graph: Graph, example: GraphExample | None) -> dict[str, int]:
+    """Symbol values bound by the example's input shapes (empty without an example)."""
+    return bind_symbols(graph, example.inputs) if example is not None else {}
+
+
+def index_bounds(graph: Graph, env: dict[str, int]) -> dict[str, int]:
+    """For inputs read as gather/embedding indices: the smallest extent they index."""
+    bounds: dict[str, int] = {}
+    for node in graph.nodes:
+        if isinstance(node, Extern):
+            continue
+        for ld in (n for n in walk(node.body) if isinstance(n, Load)):
+            for atom in (a for i in ld.index for a in i.atoms() if isinstance(a, Indirect)):
+                extent = evaluate(atom.bound, env)
+                for src in loads(atom.value):
+                    bounds[src.buffer] = min(bounds.get(src.buffer, extent), extent)
+    return bounds
+
+
+def random_inputs(graph: Graph, env: dict[str, int], device: str = "cpu") -> list[torch.Tensor]:
+    """Random tensors for the graph's inputs: normal floats, indices inside what they index."""
+    bounds = index_bounds(graph, env)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for name in graph.inputs:
+        b = graph.buffers[name]
+        sizes = [evaluate(s, env) for s in b.layout.sizes]
+        strides = [evaluate(s, env) for s in b.layout.strides]
+        t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch)
+        if b.dtype.is_float:
+            t.copy_(torch.randn(sizes, generator=gen))
+        elif b.dtype.is_bool:
+            t.copy_(torch.rand(sizes, generator=gen) > 0.5)
+        else:
+            hi = bounds.get(name, 8)
+            lo = 0 if name in bounds or b.dtype.kind is Kind.UINT else -hi
+            t.copy_(torch.randint(lo, hi, sizes, generator=gen))
+        out.append(t.to(device))
+    return out

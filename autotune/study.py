@@ -1,0 +1,293 @@
+"""The Optuna loop of one tuning key: ask a batch, evaluate it, tell the results.
+
+The study lives in Optuna's storage (the tuning DB's URL, or memory for replays), so an
+interrupted sweep resumes it: trials measured earlier with the same software count toward the
+budget and are never measured again; trials left running by a dead process (no heartbeat for the
+grace period) are failed first. Warm starts (the default config, winners at the nearest shapes,
+a stale winner) are enqueued before anything is sampled. Points the space's static constraints
+reject are told as failed without compiling. Each trial's config and outcome are kept in its
+user attributes.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import optuna
+from optuna.trial import TrialState as OptunaState
+from tqdm import tqdm
+
+from ..db.api import TrialState
+from .evaluate import Outcome
+from .measure import Timing
+from .options import TuneSettings
+from .space import InvalidConfig, SearchSpace, config_key
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger("loopnest.autotune")
+MAX_ASKS_PER_TRIAL = 20
+
+
+class Evaluator(Protocol):
+    """What the loop needs from a measurement backend (real kernels or a recorded table)."""
+
+    def evaluate(self, configs: Sequence[Any], started: Callable[[int, int], None] | None = None
+                 ) -> list[Outcome]: ...
+
+    def invalid(self, values: dict, reason: str) -> Outcome: ...
+
+
+@dataclass
+class StudyResult:
+    """What a run of the loop found; ``results`` maps config keys to (config, outcome)."""
+
+    study_name: str
+    results: dict[str, tuple[Any, Outcome]] = field(default_factory=dict)
+    history: list[tuple[int, float | None]] = field(default_factory=list)  # measured trials, in order
+    asked: int = 0
+    stop_reason: str = ""
+
+    @property
+    def best(self) -> tuple[Any, Outcome] | None:
+        ok = [r for r in self.results.values() if r[1].ok]
+        return min(ok, key=lambda r: r[1].timing.p50_us) if ok else None
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(ok, failed) among measured configs."""
+        ok = sum(1 for _, o in self.results.values() if o.ok)
+        return ok, len(self.results) - ok
+
+
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """The grid sampler for an ask/tell loop: the loop notices an exhausted grid itself (the
+    stock sampler calls ``study.stop()``, which only works inside ``study.optimize``)."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def make_sampler(name: str, space: SearchSpace, trials: int, seed: int | None) -> optuna.samplers.BaseSampler:
+    """TPE (default), an exhaustive grid ("auto" picks it when the space fits the budget),
+    random, or CMA-ES (categorical knobs fall back to random sampling)."""
+    if name == "auto":
+        name = "grid" if space.size <= trials else "tpe"
+    if name == "grid":
+        return AskTellGridSampler({k.name: k.grid() for k in space.knobs}, seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    startup = max(4, min(10, trials // 3))
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=startup)
+
+
+class Heartbeat:
+    """Records heartbeats of running trials from a background thread (ask/tell has none)."""
+
+    def __init__(self, study: optuna.Study, interval_s: int):
+        storage = study._storage  # noqa: SLF001 - Optuna exposes no public accessor
+        enabled = getattr(storage, "get_heartbeat_interval", lambda: None)() is not None
+        self.storage = storage if enabled else None
+        self.interval = interval_s
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        if self.storage is not None:
+            self.thread.start()
+
+    def add(self, trial: optuna.Trial) -> None:
+        if self.storage is not None:
+            self.storage.record_heartbeat(trial._trial_id)  # noqa: SLF001
+            with self.lock:
+                self.ids.add(trial._trial_id)  # noqa: SLF001
+
+    def discard(self, trial: optuna.Trial) -> None:
+        with self.lock:
+            self.ids.discard(trial._trial_id)  # noqa: SLF001
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.interval):
+            with self.lock:
+                ids = list(self.ids)
+            for trial_id in ids:
+                try:
+                    self.storage.record_heartbeat(trial_id)
+                except Exception as exc:  # noqa: BLE001 - a missed beat is retried next interval
+                    log.debug("heartbeat of trial %s failed: %s", trial_id, exc)
+
+
+def fail_stale(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Fail trials whose process stopped sending heartbeats; returns them."""
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    return [t for t in study.get_trials(deepcopy=False, states=(OptunaState.FAIL,)) if t.number in before]
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        return study.ask()
+
+
+def _attrs(config_json: dict, outcome: Outcome, tag: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"config": config_json, "state": outcome.state.value, "software": tag}
+    if outcome.message:
+        attrs["message"] = outcome.message[:2000]
+    if outcome.timing:
+        attrs.update(p20_us=outcome.timing.p20_us, p50_us=outcome.timing.p50_us,
+                     p80_us=outcome.timing.p80_us)
+    if outcome.trial_id is not None:
+        attrs["ln_trial_id"] = outcome.trial_id
+    return attrs
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str) -> None:
+    for name, value in _attrs(config_json, outcome, tag).items():
+        trial.set_user_attr(name, value)
+    if outcome.ok:
+        study.tell(trial, outcome.timing.p50_us)
+    else:
+        study.tell(trial, state=OptunaState.FAIL)
+
+
+def previous_results(study: optuna.Study, space: SearchSpace, tag: str) -> dict[str, tuple[Any, Outcome]]:
+    """Configs this study measured before under the same software (a resumed sweep skips them)."""
+    out: dict[str, tuple[Any, Outcome]] = {}
+    for t in study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL)):
+        a = t.user_attrs
+        if a.get("software") != tag or "state" not in a or a["state"] == TrialState.INVALID.value:
+            continue
+        try:
+            config = space.validate(a["config"])
+        except ValueError:
+            continue
+        timing = Timing(a["p20_us"], a["p50_us"], a["p80_us"], 0) if "p50_us" in a else None
+        outcome = Outcome(TrialState(a["state"]), a.get("message"), timing, None, a.get("ln_trial_id"))
+        out.setdefault(config_key(config), (config, outcome))
+    return out
+
+
+def enqueue_warm_starts(study: optuna.Study, space: SearchSpace, configs: Sequence[tuple[Any, str]]) -> int:
+    """Enqueue (config, reason) pairs that are points of the space; returns how many."""
+    count = 0
+    for config, reason in configs:
+        params = space.encode(config)
+        if params is not None:
+            study.enqueue_trial(params, user_attrs={"warm_start": reason}, skip_if_exists=True)
+            count += 1
+    return count
+
+
+def _params_key(trial: optuna.Trial) -> str:
+    return repr(sorted(trial.params.items()))
+
+
+def _values_key(values: dict) -> str:
+    return repr(sorted(values.items()))
+
+
+class StudyLoop:
+    """One run of the ask/evaluate/tell loop over ``space`` (see the module docstring)."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, evaluator: Evaluator,
+                 settings: TuneSettings, tag: str, label: str = ""):
+        self.study, self.space, self.evaluator = study, space, evaluator
+        self.settings, self.tag, self.label = settings, tag, label
+        self.result = StudyResult(study.study_name, previous_results(study, space, tag))
+        finished = study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL))
+        self.seen = {_params_key(t) for t in finished}
+        self.invalid = {_values_key(t.user_attrs["config"]) for t in finished
+                        if t.user_attrs.get("state") == TrialState.INVALID.value}
+
+    def stop_reason(self, start: float) -> str:
+        s = self.settings
+        if len(self.result.results) >= s.trials:
+            return "trial budget"
+        if time.monotonic() - start >= s.time_budget_s:
+            return "time budget"
+        if len(self.seen) >= self.space.size:
+            return "space exhausted"
+        if self.result.asked >= MAX_ASKS_PER_TRIAL * s.trials:
+            return "too many invalid or repeated points"
+        return ""
+
+    def run(self) -> StudyResult:
+        """Loop until a budget is spent or the space is exhausted."""
+        start = time.monotonic()
+        bar = tqdm(total=self.settings.trials, initial=min(len(self.result.results), self.settings.trials),
+                   desc=self.label, disable=not self.settings.progress, leave=False, unit="trial")
+        heartbeat = Heartbeat(self.study, self.settings.heartbeat_s)
+        try:
+            while not (reason := self.stop_reason(start)):
+                batch, repeats = self._ask_batch(heartbeat, start)
+                self._evaluate(batch, heartbeat, bar)
+                for trial, key in repeats:
+                    config, outcome = self.result.results[key]
+                    _tell(self.study, trial, config.to_json(), outcome, self.tag)
+        finally:
+            heartbeat.close()
+            bar.close()
+        self.result.stop_reason = reason
+        return self.result
+
+    def _ask_batch(self, heartbeat: Heartbeat, start: float):
+        """New distinct candidates (at most ``workers``) and asked trials that repeat a candidate."""
+        want = min(self.settings.workers, self.settings.trials - len(self.result.results))
+        batch: list[tuple[optuna.Trial, Any, str]] = []
+        repeats: list[tuple[optuna.Trial, str]] = []
+        while len(batch) < want and not self.stop_reason(start):
+            trial = _ask(self.study)
+            self.result.asked += 1
+            values = self.space.suggest(trial)
+            self.seen.add(_params_key(trial))
+            try:
+                config = self.space.config(values)
+            except InvalidConfig as exc:
+                self._tell_invalid(trial, values, str(exc))
+                continue
+            key = config_key(config)
+            if key in self.result.results or any(key == k for _, _, k in batch):
+                repeats.append((trial, key))
+                continue
+            heartbeat.add(trial)
+            batch.append((trial, config, key))
+        return batch, repeats
+
+    def _tell_invalid(self, trial: optuna.Trial, values: dict, reason: str) -> None:
+        first = _values_key(values) not in self.invalid
+        self.invalid.add(_values_key(values))
+        outcome = self.evaluator.invalid(values, reason) if first else Outcome(TrialState.INVALID, reason)
+        _tell(self.study, trial, values, outcome, self.tag)
+
+    def _evaluate(self, batch, heartbeat: Heartbeat, bar) -> None:
+        if not batch:
+            return
+
+        def started(position: int, trial_id: int) -> None:
+            batch[position][0].set_user_attr("ln_trial_id", trial_id)
+
+        try:
+            outcomes = self.evaluator.evaluate([c for _, c, _ in batch], started)
+        except BaseException:
+            for trial, config, _ in batch:
+                _tell(self.study, trial, config.to_json(), Outcome(TrialState.RUNTIME_ERROR, "interrupted"), self.tag)
+            raise
+        for (trial, config, key), outcome in zip(batch, outcomes):
+            self.result.results[key] = (config, outcome)
+            self.result.history.append((trial.number, outcome.timing.p50_us if outcome.ok else None))
+            _tell(self.study, trial, config.to_json(), outcome, self.tag)
+            heartbeat.discard(trial)
+            bar.update(1)

@@ -1,0 +1,163 @@
+"""Tuning every kernel of a compiled graph: one study per tuning key, winners into the tuning DB.
+
+For each kernel: register it, look up its key (an exact winner under other software and the
+winners at the nearest shapes become warm starts, after the default), run the study, then
+re-measure the best verified config against the default and upsert the winner with both times.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import optuna
+
+from ..db.api import HardwareInfo, LookupKind, TrialState, TuningDB, TuningKey
+from ..db.models import utcnow
+from ..runtime.compiled import CompiledGraph
+from ..scheduler.kernel import Kernel
+from .evaluate import KernelEvaluator, Outcome, TrialRecorder
+from .harness import GraphHarness
+from .hooks import tuning_hooks
+from .keys import study_name, software_tag, tuning_key
+from .options import TuneSettings
+from .space import SearchSpace, config_key
+from .storage import open_study, optuna_storage
+from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler
+
+log = logging.getLogger("loopnest.autotune")
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """The outcome of tuning one kernel (a row of ``autotune sweep``'s table)."""
+
+    kernel: str
+    kernel_hash: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    lookup: str                    # what the DB had before: exact, stale, nearest, miss
+    default_us: float | None
+    best_us: float | None
+    ok: int
+    failed: int
+    config: dict[str, Any] | None  # the winner
+    study: str
+    stored: str | None             # where the winner was stored (None: nothing verified)
+    stop_reason: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_us / self.best_us if self.default_us and self.best_us else None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``autotune sweep --format json``)."""
+        return {"kernel": self.kernel, "hash": self.kernel_hash, "sizes": list(self.sizes),
+                "dtypes": list(self.dtypes), "lookup": self.lookup, "default_us": self.default_us,
+                "best_us": self.best_us, "speedup": self.speedup, "ok": self.ok, "failed": self.failed,
+                "config": self.config, "study": self.study, "stored": self.stored,
+                "stop_reason": self.stop_reason}
+
+
+class GraphTuner:
+    """Tunes the kernels of ``harness.compiled`` on ``backend`` (a backend instance)."""
+
+    def __init__(self, harness: GraphHarness, backend, settings: TuneSettings, db: TuningDB,
+                 hardware: HardwareInfo, software: dict[str, Any], label: str = ""):
+        self.harness, self.backend, self.settings = harness, backend, settings
+        self.label = label or harness.compiled.name
+        self.db, self.hardware, self.software = db, hardware, software
+        self.hooks = tuning_hooks(backend.name)
+        self.tag = software_tag(software)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.storage = optuna_storage(db.url, settings.heartbeat_s, settings.grace_s)
+
+    @property
+    def compiled(self) -> CompiledGraph:
+        return self.harness.compiled
+
+    def key(self, kernel: Kernel) -> TuningKey:
+        """The tuning key of ``kernel`` at the sizes it ran with."""
+        key = tuning_key(kernel, self.backend.name, self.hardware, self.harness.calls[kernel.name].syms)
+        assert key is not None, "a kernel that ran has concrete sizes"
+        return key
+
+    def tune_all(self, kernels: list[Kernel] | None = None) -> list[KernelReport]:
+        """Tune ``kernels`` (default: all of the graph), in order."""
+        return [self.tune_kernel(k) for k in (kernels or self.compiled.schedule.kernels)]
+
+    def tune_kernel(self, kernel: Kernel) -> KernelReport:
+        """Run (or resume) the kernel's study and store its winner."""
+        key = self.key(kernel)
+        display = f"{self.label}/{kernel.name}"
+        self.db.register_kernel(key.kernel_hash, key.backend, display, kernel.text())
+        space = self.hooks.search_space(kernel, self.hardware)
+        default = self.backend.default_config(kernel)
+        lookup = self.db.lookup(key, self.software)
+        name = study_name(self.settings.study_prefix, key)
+        study = open_study(self.storage, name, make_sampler(self.settings.sampler, space,
+                                                            self.settings.trials, self.settings.seed))
+        self.recover(study, key)
+        enqueue_warm_starts(study, space, self.warm_starts(space, default, lookup))
+        recorder = TrialRecorder(self.db, key, name)
+        evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.hooks, self.settings.timeout_s,
+                                    self.settings.workers, recorder)
+        result = StudyLoop(study, space, evaluator, self.settings, self.tag, display).run()
+        ok, failed = result.counts
+        report = dict(kernel=display, kernel_hash=key.kernel_hash, sizes=key.sizes, dtypes=key.dtypes,
+                      lookup=lookup.kind.value, ok=ok, failed=failed, study=name, stop_reason=result.stop_reason)
+        best = result.best
+        if best is None:
+            return KernelReport(default_us=None, best_us=None, config=None, stored=None, **report)
+        default_outcome = result.results.get(config_key(default), (None, None))[1]
+        winner, time_us, default_us = self.final_measure(kernel, best, default, default_outcome)
+        self.db.store_winner(key, winner[0].to_json(), time_us, default_us, self.software, winner[1].trial_id)
+        log.info("%s: winner %s, %.1f us (default %s us)", display, winner[0], time_us, default_us)
+        return KernelReport(default_us=default_us, best_us=time_us, config=winner[0].to_json(),
+                            stored=f"{self.db.url} [{name}]", **report)
+
+    def warm_starts(self, space: SearchSpace, default, lookup) -> list[tuple[Any, str]]:
+        """The default first, then the stored winner (stale, nearest shape, or exact when forced)."""
+        starts: list[tuple[Any, str]] = [(default, "default")]
+        if lookup.winner is not None:
+            try:
+                starts.append((space.validate(lookup.winner.config), lookup.kind.value))
+            except ValueError as exc:
+                log.warning("ignoring the stored %s config of %s: %s", lookup.kind.value, lookup.winner.name, exc)
+        return starts
+
+    def recover(self, study: optuna.Study, key: TuningKey) -> None:
+        """Fail what a dead sweep left running: its Optuna trials, then its ``ln_trials`` rows."""
+        fail_stale(study)
+        live = {t.user_attrs.get("ln_trial_id")
+                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        cutoff = utcnow() - timedelta(seconds=self.settings.grace_s)
+        for record in self.db.trials(key, study=study.study_name, state=TrialState.RUNNING):
+            if record.id not in live and record.created_at < cutoff:
+                try:
+                    self.db.finish_trial(record.id, TrialState.RUNTIME_ERROR,
+                                         "interrupted: the sweep that ran this trial stopped (no heartbeat)")
+                except ValueError:
+                    pass  # finished meanwhile by its own process
+
+    def final_measure(self, kernel: Kernel, best: tuple[Any, Outcome], default, default_outcome: Outcome | None):
+        """Re-time the best config against the default, alternating; the faster (verified) one wins.
+
+        Returns ((config, outcome), time_us, default_us or None when the default failed)."""
+        best_launcher = self.backend.compile([(kernel, best[0])])[kernel.name]
+        if default_outcome is None or not default_outcome.ok or best[0] == default:
+            time_us = min(self.harness.time(kernel, best_launcher).p50_us for _ in range(2))
+            default_us = time_us if best[0] == default else None
+            return best, time_us, default_us
+        default_launcher = self.backend.compile([(kernel, default)])[kernel.name]
+        best_times, default_times = [], []
+        for _ in range(2):
+            default_times.append(self.harness.time(kernel, default_launcher).p50_us)
+            best_times.append(self.harness.time(kernel, best_launcher).p50_us)
+        best_us, default_us = min(best_times), min(default_times)
+        if default_us < best_us:
+            return (default, default_outcome), default_us, default_us
+        return best, best_us, default_us

@@ -1,0 +1,62 @@
+"""The C++ backend's search space: only the knobs the generated code of a kernel actually uses.
+
+* ``threads``: 0 (all cores, the default) and the powers of two below the core count;
+* ``schedule`` x ``grain``: the OpenMP schedule of the parallel loop (pointwise, rows, columns);
+  full reductions split their range by hand and have none;
+* ``lanes``: when a reduction phase runs through lane arrays (Welford, argmax/argmin rows);
+* ``chunk``: when the kernel reduces over an outer dimension (columns).
+
+``prebuild`` compiles a candidate into the code cache (g++ in its own process, with a timeout),
+so the tuner can build several candidates at once and later load each without compiling.
+"""
+from __future__ import annotations
+
+from ...db.records import HardwareInfo
+from ...scheduler.kernel import Kernel
+from ..registry import get_backend
+from . import compile as cc
+from .accumulators import Accumulator
+from .codegen import reduces_outer_dim
+from .params import SCHEDULES, CppConfig
+from ...autotune.space import Knob, SearchSpace
+
+config_from_json = CppConfig.from_json  # validates a stored config (no kernel needed)
+LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CHUNKS = (8, 16, 32, 64, 128, 256)
+ROW_GRAINS = (0, 1, 8, 64)            # rows or columns per scheduling chunk
+ELEMENT_GRAINS = (0, 1024, 16384)     # elements per chunk of a 1-D pointwise loop
+
+
+def thread_choices(cores: int) -> tuple[int, ...]:
+    """0 (every core) and each power of two below ``cores``."""
+    return (0,) + tuple(1 << k for k in range(max(cores, 1).bit_length()) if (1 << k) < cores)
+
+
+def uses_lanes(kernel: Kernel) -> bool:
+    """True if some reduction phase runs through lane arrays (so ``lanes`` changes the code)."""
+    if not kernel.reductions or len(kernel.rdomain) != 1 or reduces_outer_dim(kernel):
+        return False
+    return any(Accumulator(r, "_").simd_clauses() is None for r in kernel.reductions)
+
+
+def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
+    """The knobs that matter for ``kernel`` on ``hardware``; the rest fixed at their defaults."""
+    default = CppConfig()
+    knobs = [Knob("threads", thread_choices(hardware.cores))]
+    has_loop_schedule = not (kernel.reductions and not kernel.pdomain)
+    if has_loop_schedule:
+        one_d = not kernel.reductions and len(kernel.pdomain) == 1
+        knobs += [Knob("schedule", SCHEDULES, ordered=False),
+                  Knob("grain", ELEMENT_GRAINS if one_d else ROW_GRAINS)]
+    if uses_lanes(kernel):
+        knobs.append(Knob("lanes", LANES))
+    if kernel.reductions and reduces_outer_dim(kernel):
+        knobs.append(Knob("chunk", CHUNKS))
+    tuned = {k.name for k in knobs}
+    fixed = {name: value for name, value in default.to_json().items() if name not in tuned}
+    return SearchSpace("cpp", CppConfig.from_json, tuple(knobs), fixed)
+
+
+def prebuild(kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
+    """Compile ``kernel`` under ``config`` into the code cache (raises CompileError/CompileTimeout)."""
+    cc.build(get_backend("cpp").module_source([(kernel, config)]), timeout=timeout)

@@ -1,0 +1,72 @@
+"""Generated code is pinned together with CODEGEN_VERSION, so stored winners go stale when it changes.
+
+The tuning DB serves a winner as measured only while ``software["codegen_version"]`` matches. A
+change to generated code that forgets to bump ``CODEGEN_VERSION`` would silently serve configs
+measured on other code; this test catches it by hashing the default-config source of a few
+reference kernels per backend.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+import loopnest as ln
+from loopnest.backends.codegen_version import CODEGEN_VERSION
+from loopnest.backends.registry import get_backend
+from loopnest.backends.triton import settings as triton_settings
+from loopnest.scheduler import schedule
+
+# CODEGEN_VERSION -> backend -> reference kernel -> sha256[:16] of its default-config source.
+PINNED = {
+    1: {
+        "cpp": {"softmax": "d9041da8c476dc3c", "layernorm": "50dbcdeb5dbe5737",
+                "pointwise": "6cb9c6d46c3da2db"},
+        "triton": {"softmax": "0c73703214567e57", "layernorm": "13c95f733940791d",
+                   "pointwise": "945fb920c78518f0"},
+    },
+}
+
+
+def reference_graphs() -> dict:
+    """DSL softmax, layernorm and a pointwise chain, as IR graphs for (4, 1024) inputs."""
+    x = ln.placeholder("x", ("N", 1024), ln.float32)
+    w = ln.placeholder("w", (1024,), ln.float32)
+    b = ln.placeholder("b", (1024,), ln.float32)
+    e = ln.exp(x - ln.max(x, axis=-1, keepdim=True))
+    softmax = ln.compile(e / e.sum(axis=-1, keepdim=True))
+    var, mean = ln.var_mean(x, axis=-1, correction=0, keepdim=True)
+    layernorm = ln.compile((x - mean) * ln.rsqrt(var + 1e-5) * w + b)
+    pointwise = ln.compile(ln.tanh(x * 2.0 + b))
+    X, W, B = torch.randn(4, 1024), torch.randn(1024), torch.randn(1024)
+    return {"softmax": softmax.graph(X), "layernorm": layernorm.graph(X, W, B),
+            "pointwise": pointwise.graph(X, B)}
+
+
+def source_hashes(backend: str) -> dict[str, str]:
+    """sha256[:16] of each reference graph's generated source under default configs."""
+    be = get_backend(backend)
+    out = {}
+    with triton_settings.scope(interpret=False, debug=False):  # the GPU source, not the interpreter's
+        for name, graph in reference_graphs().items():
+            kernels = schedule(graph, name).kernels
+            source = "\n".join(be.codegen(k, be.default_config(k)) for k in kernels)
+            out[name] = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return out
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_generated_code_is_pinned_with_codegen_version(backend):
+    got = source_hashes(backend)
+    pinned = PINNED.get(CODEGEN_VERSION, {}).get(backend)
+    assert pinned is not None, (
+        f"CODEGEN_VERSION is {CODEGEN_VERSION} but tests/test_autotune_codegen_version.py pins no "
+        f"hashes for it: add PINNED[{CODEGEN_VERSION}][{backend!r}] = {got!r}")
+    changed = {k: (pinned[k], v) for k, v in got.items() if pinned.get(k) != v}
+    assert not changed, (
+        f"generated {backend} code changed for {sorted(changed)} (pinned, now: {changed}) while "
+        f"CODEGEN_VERSION is still {CODEGEN_VERSION}. Tuned winners measured on the old code would "
+        f"be served as exact. Bump CODEGEN_VERSION in backends/codegen_version.py to "
+        f"{CODEGEN_VERSION + 1} and add PINNED[{CODEGEN_VERSION + 1}] with the new hashes "
+        f"(keep the old entry); if the change is not meant to alter code, fix the codegen instead.")

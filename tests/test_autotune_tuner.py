@@ -1,0 +1,166 @@
+"""The tuner end to end on SQLite and PostgreSQL: sweep, store, serve; failures never win."""
+from __future__ import annotations
+
+import logging
+
+import optuna
+import pytest
+import torch
+
+from autotune_support import absmax_graph, db_url, fast, rows_graph  # noqa: F401 - db_url is a fixture
+from conftest import assert_close
+from loopnest.autotune.hardware import current_hardware, software_versions
+from loopnest.autotune.harness import GraphHarness
+from loopnest.autotune.keys import study_name, tuning_key
+from loopnest.autotune.measure import BenchOptions
+from loopnest.autotune.storage import open_db
+from loopnest.autotune.tuner import GraphTuner
+from loopnest.backends.cpp.backend import CppBackend
+from loopnest.backends.cpp.params import CppConfig
+from loopnest.counters import counters
+from loopnest.db.api import TrialState
+from loopnest.pipeline import compile_graph
+
+
+def key_of(compiled, env=None):
+    kernel = compiled.schedule.kernels[0]
+    return kernel, tuning_key(kernel, "cpp", current_hardware("cpu"), env or {})
+
+
+def test_sweep_stores_a_verified_winner_and_db_mode_serves_it(db_url):
+    graph, args = rows_graph()
+    swept = compile_graph(graph, tune="sweep", tuning=fast(db_url, trials=3))
+    (decision,) = swept.tuning.values()
+    assert decision.source == "sweep" and decision.lookup == "miss"
+    kernel, key = key_of(swept)
+    db = open_db(db_url)
+    trials = db.trials(key)
+    assert len(trials) >= 3 and all(t.state != TrialState.RUNNING for t in trials)
+    for t in trials:
+        if t.state == TrialState.OK:
+            assert 0 < t.p20_us <= t.p50_us <= t.p80_us and t.verified_error is not None
+    (winner,) = db.winners()
+    assert winner.default_time_us and winner.speedup and winner.config == decision.config
+    assert db.trials(key)[[t.id for t in trials].index(winner.trial_id)].state == TrialState.OK
+
+    counters.reset()
+    served = compile_graph(graph, tune="db", tuning=fast(db_url))
+    assert counters["benchmarks_run"] == 0
+    (decision,) = served.tuning.values()
+    assert (decision.source, decision.lookup) == ("db", "exact")
+    assert served.configs[kernel.name] == CppConfig.from_json(winner.config)
+    var, mean = torch.var_mean(args[0], 1, correction=0)
+    got = served(*args)
+    assert_close(got[0], var, "var")
+    assert_close(got[1], mean, "mean")
+
+
+def test_optuna_study_lives_in_the_tuning_db_under_its_key(db_url):
+    graph, _ = absmax_graph()
+    compiled = compile_graph(graph, tune="sweep", tuning=fast(db_url, trials=2, study_prefix="mine"))
+    _, key = key_of(compiled)
+    name = study_name("mine", key)
+    assert name in optuna.get_all_study_names(db_url)
+    study = optuna.load_study(study_name=name, storage=db_url)
+    states = {t.user_attrs["state"] for t in study.trials}
+    assert states <= {s.value for s in TrialState} and "ok" in states
+    assert study.trials[0].user_attrs.get("warm_start") == "default"
+
+
+class FaultyCpp(CppBackend):
+    """The C++ backend, except that one config's kernel writes zeros and returns at once: the
+    fastest candidate of all, and wrong."""
+
+    def __init__(self, bad: CppConfig):
+        self.bad = bad
+
+    def compile(self, kernels):
+        launchers = super().compile(kernels)
+        for kernel, config in kernels:
+            if config == self.bad:
+                launchers[kernel.name] = zero_writer(kernel)
+        return launchers
+
+
+def zero_writer(kernel):
+    def launch(buffers, syms):
+        for name in kernel.outputs:
+            buffers[name].zero_()
+    return launch
+
+
+@pytest.mark.parametrize("oracle", ["eager", "interpreter"])
+def test_a_wrong_config_is_recorded_wrong_result_and_never_wins(db_url, oracle):
+    graph, args = absmax_graph()
+    compiled = compile_graph(graph)
+    expected = [args[0].abs().amax()] if oracle == "eager" else None
+    harness = GraphHarness(compiled, lambda: list(compiled(*args)), expected, BenchOptions(budget_s=0.02))
+    bad = CppConfig(threads=1)
+    hardware = current_hardware("cpu")
+    settings = fast(db_url, trials=8, sampler="grid")
+    tuner = GraphTuner(harness, FaultyCpp(bad), settings, open_db(db_url), hardware, software_versions("cpp"))
+    (report,) = tuner.tune_all()
+    _, key = key_of(compiled)
+    db = open_db(db_url)
+    wrong = [t for t in db.trials(key) if t.state == TrialState.WRONG_RESULT]
+    assert [t.config for t in wrong] == [bad.to_json()] and "expected" in wrong[0].message
+    (winner,) = db.winners()
+    assert winner.config != bad.to_json() and report.config == winner.config
+    assert report.failed == 1
+
+
+def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
+    graph, _ = rows_graph(rows=64)
+    swept = compile_graph(graph, tune="sweep", tuning=fast(db_url, trials=2))
+    kernel, key = key_of(swept)
+    other, _ = rows_graph(rows=32)
+    near = compile_graph(other, tune="db", tuning=fast(db_url))
+    (decision,) = near.tuning.values()
+    assert (decision.source, decision.lookup) == ("default", "nearest") and "nearest shape" in decision.note
+
+    db = open_db(db_url)
+    old_software = {**software_versions("cpp"), "codegen_version": 0}
+    marked = CppConfig(threads=1, lanes=4, schedule="dynamic", grain=8)
+    db.store_winner(key, marked.to_json(), 5.0, 10.0, old_software)
+    stale = compile_graph(graph, tune="db", tuning=fast(db_url))
+    (decision,) = stale.tuning.values()
+    assert (decision.source, decision.lookup) == ("default", "stale")
+    assert stale.configs[kernel.name] == CppBackend().default_config(kernel)
+
+    compile_graph(graph, tune="sweep", tuning=fast(db_url, trials=3))
+    study = optuna.load_study(study_name=study_name("ln", key), storage=db_url)
+    warm = {t.user_attrs.get("warm_start"): t.user_attrs["config"] for t in study.trials
+            if "warm_start" in t.user_attrs}
+    assert warm["stale"] == marked.to_json()
+    (winner,) = [w for w in db.winners() if w.sizes == key.sizes]
+    assert winner.software == software_versions("cpp") and not winner.stale
+
+
+@pytest.mark.parametrize("stored", [
+    {"threads": 1, "lanes": 3, "chunk": 64, "schedule": "static", "grain": 0},
+    {"threads": 1, "lanes": 16, "chunk": 64, "schedule": "static", "grain": 0, "hook": "__import__('os')"},
+    {"threads": 10_000},
+])
+def test_a_tampered_stored_config_is_skipped_with_a_warning(db_url, stored, caplog):
+    graph, args = rows_graph()
+    compiled = compile_graph(graph)
+    kernel, key = key_of(compiled)
+    db = open_db(db_url)
+    db.register_kernel(key.kernel_hash, "cpp", kernel.name, kernel.text())
+    db.store_winner(key, stored, 1.0, 2.0, software_versions("cpp"))
+    with caplog.at_level(logging.WARNING, logger="loopnest.autotune"):
+        served = compile_graph(graph, tune="db", tuning=fast(db_url))
+    (decision,) = served.tuning.values()
+    assert (decision.source, decision.lookup) == ("default", "invalid")
+    assert served.configs[kernel.name] == CppBackend().default_config(kernel)
+    assert "skipping the stored config" in caplog.text
+
+
+def test_time_budget_stops_a_study(tmp_path):
+    graph, _ = rows_graph()
+    compiled = compile_graph(graph, tune="sweep",
+                             tuning=fast(f"sqlite:///{tmp_path / 't.db'}", trials=50, time_budget_s=0.5))
+    (decision,) = compiled.tuning.values()
+    assert decision.source == "sweep"
+    db = open_db(f"sqlite:///{tmp_path / 't.db'}")
+    assert 1 <= len(db.trials()) < 50

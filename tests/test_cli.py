@@ -1,0 +1,145 @@
+"""The ``autotune`` command line, run in-process on a DB filled by one small sweep."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from loopnest.autotune.hardware import current_hardware
+from loopnest.cli import main
+from loopnest.db.api import TuningDB
+
+WINNER_FIELDS = {"kernel", "name", "backend", "sizes", "dtypes", "hardware", "config", "time_us",
+                 "default_time_us", "speedup", "stale"}
+
+
+def run(capsys, *argv) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A tuning DB holding one sweep of the tiny softmax and var_mean workloads, and its JSON rows."""
+    path = tmp_path_factory.mktemp("cli") / "tuning.db"
+    url = f"sqlite:///{path}"
+    out = tmp_path_factory.mktemp("cli-out") / "sweep.json"
+    code = main(["sweep", "softmax", "var_mean", "--size", "tiny", "--trials", "3", "--backend", "cpp",
+                 "--db", url, "--no-progress", "--format", "json", "--seed", "1"])
+    assert code == 0
+    return url, path
+
+
+def copy_db(swept, tmp_path) -> str:
+    """A copy of the swept DB (through SQLite's backup API: the WAL may hold recent writes)."""
+    target = tmp_path / "copy.db"
+    src, dst = sqlite3.connect(swept[1]), sqlite3.connect(target)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    return f"sqlite:///{target}"
+
+
+def test_sweep_prints_the_table(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    code, out = run(capsys, "sweep", "full_absmax", "--size", "tiny", "--trials", "2", "--db", url, "--no-progress")
+    assert code == 0
+    header = out.splitlines()[0].split()
+    assert header == ["workload", "kernel", "sizes", "default_us", "best_us", "speedup", "trials", "stored"]
+    assert "full_absmax/ln_fx_0" in out and "5000" in out and url in out
+
+
+def test_db_list_json_has_every_winner_field(swept, capsys):
+    code, out = run(capsys, "db", "list", "--db", swept[0], "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 2
+    for row in rows:
+        assert WINNER_FIELDS <= set(row)
+        assert row["hardware"]["fingerprint"] == current_hardware().fingerprint
+        assert row["speedup"] == pytest.approx(row["default_time_us"] / row["time_us"])
+
+
+def test_db_fallback_to_the_environment(swept, capsys, monkeypatch):
+    monkeypatch.setenv("LOOPNEST_DB", swept[0])
+    code, out = run(capsys, "db", "list")
+    assert code == 0 and "softmax/ln_fx_0" in out and "var_mean/ln_fx_0" in out
+
+
+def test_db_show_and_best(swept, capsys):
+    code, out = run(capsys, "db", "list", "--db", swept[0], "--format", "json")
+    row = next(r for r in json.loads(out) if r["name"] == "var_mean/ln_fx_0")
+    code, out = run(capsys, "db", "show", row["kernel"][:8], "--db", swept[0])
+    assert code == 0 and "trials (" in out and "ok" in out
+    code, out = run(capsys, "db", "best", "var_mean/ln_fx_0", "--sizes", "x".join(map(str, row["sizes"])),
+                    "--db", swept[0], "--format", "json")
+    (best,) = json.loads(out)
+    assert best["kind"] == "exact" and best["measured"] and best["config"] == row["config"]
+    code, out = run(capsys, "db", "best", "var_mean/ln_fx_0", "--sizes", "32x96", "--db", swept[0], "--format", "json")
+    assert json.loads(out)[0]["kind"] == "nearest"
+
+
+def test_db_stale_lists_winners_of_other_software(swept, tmp_path, capsys):
+    url = copy_db(swept, tmp_path)
+    db = TuningDB(url)
+    winner = db.winners()[0]
+    db.store_winner(winner.key, winner.config, winner.time_us, winner.default_time_us,
+                    {**winner.software, "codegen_version": -1})
+    db.close()
+    code, out = run(capsys, "db", "stale", "--db", url, "--format", "json")
+    (row,) = json.loads(out)
+    assert code == 0 and row["name"] == winner.name and "codegen_version" in row["changed"]
+
+
+def test_export_then_import_round_trips_and_a_bad_row_imports_nothing(swept, tmp_path, capsys):
+    dump = tmp_path / "winners.jsonl"
+    assert main(["db", "export", "--db", swept[0], "--out", str(dump)]) == 0
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    code, out = run(capsys, "db", "import", str(dump), "--db", fresh)
+    assert code == 0 and "imported 2" in out
+    assert {w.config["threads"] for w in TuningDB(fresh).winners()} == {w.config["threads"] for w in TuningDB(swept[0]).winners()}
+    lines = dump.read_text().splitlines()
+    bad = json.loads(lines[0])
+    bad["config"]["lanes"] = 3
+    bad["name"] = "tampered"
+    (tmp_path / "bad.jsonl").write_text("\n".join([json.dumps(bad)] + lines[1:]) + "\n")
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert main(["db", "import", str(tmp_path / "bad.jsonl"), "--db", other]) == 1
+    assert TuningDB(other).winners() == []
+
+
+def test_gc_never_deletes_winners(swept, tmp_path, capsys):
+    url = copy_db(swept, tmp_path)
+    before = TuningDB(url)
+    winners = {w.trial_id for w in before.winners()}
+    total = len(before.trials())
+    code, out = run(capsys, "db", "gc", "--older-than", "0", "--db", url, "--format", "json")
+    (row,) = json.loads(out)
+    after = TuningDB(url)
+    assert row["deleted_trials"] == total - len(winners) > 0
+    assert {t.id for t in after.trials()} == winners and len(after.winners()) == 2
+
+
+def test_hardware_prints_the_fingerprint(capsys):
+    code, out = run(capsys, "hardware", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["fingerprint"] == current_hardware().fingerprint
+    assert "codegen_version" in rows[0]["software"]
+
+
+def test_report_writes_png_and_html(swept, tmp_path, capsys):
+    code, out = run(capsys, "db", "list", "--db", swept[0], "--format", "json")
+    kernel = json.loads(out)[0]["kernel"]
+    png, page = tmp_path / "r.png", tmp_path / "r.html"
+    assert main(["report", kernel, "--db", swept[0], "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["report", kernel, "--db", swept[0], "--out", str(page)]) == 0
+    assert "<img src='data:image/png;base64," in page.read_text()
+    assert main(["report", "no-such-study", "--db", swept[0], "--out", str(png)]) == 1
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["db"])
+    assert exc.value.code == 2
+    assert main(["sweep", "no_such_workload", "--db", "sqlite://"]) == 2
