@@ -50,6 +50,8 @@ class AtenCompiler:
         called through ATen as Extern nodes) instead of being decomposed into kernel wrappers."""
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table())
+        if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
+            return aot(gm, example_inputs)
         with functorch_config.patch(decompose_custom_triton_ops=False):
             return aot(gm, example_inputs)
 

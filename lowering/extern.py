@@ -53,27 +53,45 @@ def default_reason(op) -> str:
 
 @dataclass
 class ExternFn:
-    """Calls ``op`` with symbolic sizes evaluated; returns only the tensor results, in order."""
+    """Calls ``op`` with symbolic sizes evaluated and each tensor argument on the device it was
+    traced on (a graph runs on one device; e.g. CPU philox seeds of CUDA attention are moved to the
+    GPU with the other inputs and back here); returns only the tensor results, in order."""
 
     op: object
     tensor_outputs: tuple[int, ...] | None  # positions of tensors in a tuple result; None: one tensor
+    devices: tuple = ()                     # traced device of each positional/keyword tensor argument
+    kw_devices: dict | None = None
 
     def __call__(self, *args, **kwargs):
         env = SYMBOL_ENV.get()
-        result = self.op(*_resolve(args, env), **_resolve(kwargs, env))
+        args = _resolve(args, env, self.devices)
+        kwargs = {k: _resolve(v, env, (self.kw_devices or {}).get(k)) for k, v in kwargs.items()}
+        result = self.op(*args, **kwargs)
         if self.tensor_outputs is None:
             return result
         return tuple(result[k] for k in self.tensor_outputs)
 
 
-def _resolve(tree, env):
+def _resolve(tree, env, devices):
+    """Sizes evaluated, tensors moved to their traced device (``devices`` mirrors ``tree``)."""
     if isinstance(tree, Index):
         return evaluate(tree, env)
+    if isinstance(tree, torch.Tensor):
+        return tree if devices is None or tree.device == devices else tree.to(devices)
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_resolve(x, env) for x in tree)
-    if isinstance(tree, dict):
-        return {k: _resolve(v, env) for k, v in tree.items()}
+        devs = devices if isinstance(devices, (list, tuple)) else [None] * len(tree)
+        return type(tree)(_resolve(x, env, d) for x, d in zip(tree, devs))
     return tree
+
+
+def _traced_devices(tree):
+    """The traced device of every tensor-valued FX node in an argument tree (None elsewhere)."""
+    if isinstance(tree, torch.fx.Node):
+        val = tree.meta.get("val")
+        return val.device if isinstance(val, torch.Tensor) else None
+    if isinstance(tree, (list, tuple)):
+        return tuple(_traced_devices(x) for x in tree)
+    return None
 
 
 def _spec(value: torch.Tensor, node) -> tuple:
@@ -88,14 +106,17 @@ def _spec(value: torch.Tensor, node) -> tuple:
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
+    devices = _traced_devices(node.args)
+    kw_devices = {k: _traced_devices(v) for k, v in node.kwargs.items()}
     if isinstance(val, torch.Tensor):
-        (out,) = extern(str(node.target), ExternFn(node.target, None), args, kwargs, [_spec(val, node)], reason)
+        fn = ExternFn(node.target, None, devices, kw_devices)
+        (out,) = extern(str(node.target), fn, args, kwargs, [_spec(val, node)], reason)
         return out
     if isinstance(val, (tuple, list)):
         positions = tuple(k for k, v in enumerate(val) if isinstance(v, torch.Tensor))
         if any(v is not None and not isinstance(v, torch.Tensor) for v in val):
             raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
-        outs = extern(str(node.target), ExternFn(node.target, positions), args, kwargs,
+        outs = extern(str(node.target), ExternFn(node.target, positions, devices, kw_devices), args, kwargs,
                       [_spec(val[k], node) for k in positions], reason) if positions else ()
         result = [None] * len(val)
         for k, t in zip(positions, outs):

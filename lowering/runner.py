@@ -49,7 +49,8 @@ class LoweredGraph:
         """Run on a list of arguments (AOTAutograd's boxed convention)."""
         p = self.program
         env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
-        fitted = [_fit(args[ti.position], ti, env) for ti in p.tensor_inputs]
+        device = self.compiled.device
+        fitted = [_fit(args[ti.position], ti, env, device) for ti in p.tensor_inputs]
         tensors = fitted + p.constants
         tensors += [self._carrier.expand(env[name]) for name in p.carriers]
         token = SYMBOL_ENV.set(env)
@@ -74,8 +75,11 @@ class BoxedGraph:
         return self.lowered.run(args)
 
 
-def _fit(t: torch.Tensor, ti: TensorInput, env: dict) -> torch.Tensor:
-    """``t`` in the layout the graph was compiled for (copied only when its strides differ)."""
+def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tensor:
+    """``t`` on the graph's device in the layout the graph was compiled for (copied only when its
+    device or strides differ: e.g. CPU scalars and RNG seeds that CUDA graphs take as inputs)."""
+    if t.device.type != device:
+        t = t.to(device)
     if ti.contiguous:
         return t if t.is_contiguous() else t.contiguous()
     want = [_int(s, env) for s in ti.strides]
