@@ -153,7 +153,7 @@ def test_where_and_casts():
     c = rand(5, 12) > 0
     x, y = domain("wide"), domain("any")
     i = rand(5, 12, dtype=torch.float64, lo=-100, hi=100).to(torch.int64)
-    xc, xx, xy = (ln.placeholder(n, (5, 12), d) for n, d in (("c", ln.bool), ("x", ln.float32), ("y", ln.float32)))
+    xc, xx, xy = placeholders([ln.bool, ln.float32, ln.float32])
     xi = ln.placeholder("i", (5, 12), ln.int64)
     outs = [ln.where(xc, xx, xy), ln.cast(xx, ln.int32), ln.cast(xx, ln.float16), ln.cast(xx, ln.bfloat16),
             ln.cast(xi, ln.float32), ln.cast(xx, ln.bool), ln.cast(xi, ln.bool), ln.cast(xc, ln.float32),

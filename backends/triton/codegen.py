@@ -25,7 +25,7 @@ import torch
 from ...ir.index import Index, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, Strategy
 from ..cpp.codegen import signature
-from .emit import KernelContext, TritonEmitter
+from .emit import KernelContext, TritonEmitter, identifier
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for
 from .ops import tl_type
@@ -161,6 +161,7 @@ class _Generator:
 
     def _function(self, name: str, ctx: KernelContext, lines: list[str], constexprs: list,
                   workspaces: list[str], grid: Index, num_warps: int | None = None) -> None:
+        name = identifier(name)  # kernel names come from user-chosen graph names
         ws_names = list(dict.fromkeys(workspaces + ctx.loaded))
         params = ([ctx.ptr(b) for b in self.sig.buffers] + [ctx.sym(s) for s in self.sig.symbols]
                   + ws_names + [f"{c}: tl.constexpr" for c, _ in constexprs] + ["IDX64: tl.constexpr"])
@@ -229,7 +230,7 @@ class _Generator:
     def _rows(self, persistent: bool) -> None:
         cfg, k = self.cfg, self.k
         r_exact = self.rnumel == cfg.RBLOCK if persistent else _divides(self.rnumel, cfg.RBLOCK)
-        masked = ({"x"} if not _divides(self.xnumel, cfg.XBLOCK) else set()) | ({"r"} if not r_exact else set())
+        masked = {name for name, exact in (("x", _divides(self.xnumel, cfg.XBLOCK)), ("r", r_exact)) if not exact}
         axes = self._row_axes()
         ctx = self._context(axes, masked)
         lines: list[str] = []

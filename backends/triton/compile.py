@@ -153,6 +153,8 @@ def compile_ahead(program: Program, module: ModuleType, dtypes: dict[str, torch.
                 signature[param] = "*" + _SIGNATURE_TYPES[dtype]
         signature.update({name: "constexpr" for name in constexprs})
         source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-        out.append(triton.compile(source, target=target,
-                                  options={"num_warps": launch.num_warps, "num_stages": launch.num_stages}))
+        options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        with triton.knobs.runtime.scope():  # tl.max & co. must not take their interpreter path
+            triton.knobs.runtime.interpret = False
+            out.append(triton.compile(source, target=target, options=options))
     return out

@@ -169,7 +169,7 @@ class TritonEmitter(ExprEmitter):
             ok = f"{ok} | (({mask}) == 0)"
         if deps:
             ok = f"tl.min(({ok}).to(tl.int8)) > 0"
-        msg = f"loopnest: gather index out of range [0, {bound}) in {self.ctx.kernel.name}"
+        msg = f"loopnest: gather index out of range [0, {bound}) in {identifier(self.ctx.kernel.name)}"
         self.line(f'assert {ok}, "{msg}"')
 
     # -- ExprEmitter hooks ------------------------------------------------------------------------

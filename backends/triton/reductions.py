@@ -197,7 +197,8 @@ class TritonAccumulator:
                       f"{dst['_val']} = tl.where({nan}, {_NAN}, {best})"]
         else:
             lines += [f"{self.var}_hit = {val} == {best}", f"{dst['_val']} = {best}"]
-        lines.append(f"{dst['_idx']} = tl.min(tl.where({self.var}_hit, {idx}, {IDX_NONE}), 1, keep_dims=True)")
+        first = f"tl.where({self.var}_hit, {idx}, {IDX_NONE})"
+        lines.append(f"{dst['_idx']} = tl.min({first}, 1, keep_dims=True)")
         return lines
 
     def results(self, state: dict[str, str]) -> list[str]:
