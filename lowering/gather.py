@@ -46,7 +46,7 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     return advanced_index(weight, [indices])
 
 
-@register_lowering(aten.index.Tensor)
+@register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
 def _index(ctx, x, indices):
     for t in indices:
         if t is not None and t.dtype.is_bool:

@@ -298,6 +298,15 @@ def _signbit(ctx, x):
     return F.apply(Op.LT, F.apply(Op.COPYSIGN, T.full((), 1.0, x.dtype), x), 0.0)
 
 
+@register_lowering(aten.angle.default)
+def _angle(ctx, x):
+    """Real input: pi below zero, 0 elsewhere, NaN for NaN."""
+    out = ctx.out_dtype()
+    y = T.cast(x, out)
+    angle = F.where(F.apply(Op.LT, y, 0.0), math.pi, T.full((), 0.0, out))
+    return F.where(F.apply(Op.ISNAN, y), y, angle) if out.is_float else angle
+
+
 @register_lowering(aten.heaviside.default)
 def _heaviside(ctx, x, values):
     out = ctx.out_dtype()
@@ -323,6 +332,14 @@ def _convert(ctx, x, dtype):
 @register_lowering(aten.clone.default, aten.lift_fresh_copy.default)
 def _clone(ctx, x, memory_format=None):
     return T.copy(x)
+
+
+@register_lowering(aten.copy.default)
+def _copy(ctx, dst, src, non_blocking=False):
+    """Functional ``dst.copy_(src)``: ``src`` broadcast to ``dst``'s shape in ``dst``'s dtype."""
+    if not isinstance(src, Tensor):
+        return T.full(dst.shape, src, dst.dtype)
+    return T.copy(T.expand(T.cast(src, dst.dtype), dst.shape))
 
 
 @register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh.default)

@@ -64,7 +64,12 @@ def to_index(value) -> Index:
         return sympy_to_index(value.node.expr)
     if isinstance(value, bool):
         raise TypeError(f"expected a size, got {value!r}")
-    return Index.of(int(value))
+    return _constant(int(value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _constant(n: int) -> Index:
+    return Index.of(n)
 
 
 def shape_of(value: torch.Tensor) -> tuple[Index, ...]:
