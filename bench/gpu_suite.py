@@ -1,0 +1,146 @@
+"""GPU suite: eager vs Inductor (default, max-autotune) vs loopnest (heuristic, tuned) on CUDA.
+
+For each of the ten workloads at GPU sizes: the median time of each variant (do_bench, inputs
+several times larger than L2), the fraction of the measured copy bandwidth each reaches (bytes =
+every input read once + every output written once), cold compile time of each, and a check
+against eager. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
+(fill it first with ``autotune sweep --backend triton ...``); it is left out without ``--tuned``.
+Then it measures the warm start: a new process compiling every workload from the on-disk caches,
+timed after imports and CUDA init.
+
+Run on the device: python bench/gpu_suite.py [--tuned] [--copy-gbs 4281] [WORKLOAD ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
+os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
+
+import torch  # noqa: E402
+import triton.testing  # noqa: E402
+
+from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
+
+torch._inductor.config.fx_graph_cache = False
+torch._dynamo.config.recompile_limit = 64
+
+WARM = r"""
+import json, sys, time, torch
+from loopnest.autotune.workloads import WORKLOADS
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+out = {}
+for name in sys.argv[1:]:
+    w = WORKLOADS[name]
+    args = w.inputs("gpu", device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn = torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})
+    fn(*args); torch.cuda.synchronize()
+    out[name] = time.perf_counter() - t0
+print(json.dumps(out))
+"""
+
+
+def tensor_bytes(values) -> int:
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    return sum(tensor_bytes(v) for v in values)
+
+
+def variants(fn, tuned: bool) -> dict:
+    out = {
+        "eager": fn,
+        "inductor": torch.compile(fn),
+        "inductor_max": torch.compile(fn, mode="max-autotune-no-cudagraphs"),
+        "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "off"}),
+    }
+    if tuned:
+        out["loopnest_tuned"] = torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "db"})
+    return out
+
+
+def check(got, want, name: str, variant: str) -> str:
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        tol = 2e-2 if w.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        try:
+            torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+        except AssertionError as e:
+            print(f"MISMATCH {name}/{variant}: {str(e).splitlines()[0]}", flush=True)
+            return "WRONG"
+    return "ok"
+
+
+def run(name: str, tuned: bool, copy_gbs: float) -> dict:
+    w = WORKLOADS[name]
+    args = w.inputs("gpu", device="cuda")
+    torch._dynamo.reset()
+    want = w.fn(*args)
+    result = {"name": name, "ms": {}, "cold_s": {}, "status": {}}
+    for variant, fn in variants(w.fn, tuned).items():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        got = fn(*args)
+        torch.cuda.synchronize()
+        result["cold_s"][variant] = time.perf_counter() - t0
+        result["status"][variant] = check(got, want, name, variant)
+        result["ms"][variant] = triton.testing.do_bench(lambda: fn(*args), warmup=50, rep=300, return_mode="median")
+    moved = tensor_bytes(args) + tensor_bytes(want)
+    result["frac"] = {k: moved / (v / 1e3) / (copy_gbs * 1e9) for k, v in result["ms"].items()}
+    result["mb"] = moved / 1e6
+    return result
+
+
+def warm_start(names: list[str]) -> dict:
+    """Compile every workload again in a fresh process that finds everything in the caches."""
+    code = subprocess.run([sys.executable, "-c", WARM, *names], capture_output=True, text=True, env=os.environ)
+    if code.returncode != 0:
+        print(code.stderr[-2000:])
+        return {}
+    return json.loads(code.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("--tuned", action="store_true", help="add loopnest with tune='db' (LOOPNEST_DB)")
+    parser.add_argument("--copy-gbs", type=float, default=4281.0, help="measured copy bandwidth, GB/s")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args()
+    dev = torch.cuda.get_device_name()
+    print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs} GB/s, "
+          f"{time.strftime('%Y-%m-%d')}", flush=True)
+    results = [run(n, opts.tuned, opts.copy_gbs) for n in opts.workloads]
+    warm = warm_start(opts.workloads)
+    cols = list(results[0]["ms"])
+    print("| workload | MB | " + " | ".join(f"{c} ms" for c in cols) + " | " + " | ".join(f"{c} frac" for c in cols)
+          + " | " + " | ".join(f"{c} cold s" for c in cols[1:]) + " | loopnest warm s | checks |")
+    print("|" + "---|" * (2 + 3 * len(cols) - 1 + 2))
+    for r in results:
+        ms = " | ".join(f"{r['ms'][c]:.3f}" for c in cols)
+        fr = " | ".join(f"{r['frac'][c]:.2f}" for c in cols)
+        cold = " | ".join(f"{r['cold_s'][c]:.2f}" for c in cols[1:])
+        bad = [c for c in cols if r["status"][c] != "ok"]
+        print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {warm.get(r['name'], float('nan')):.3f} "
+              f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
+    for ref in ("inductor", "inductor_max"):
+        for ours in ("loopnest", "loopnest_tuned"):
+            if ours in cols:
+                geo = statistics.geometric_mean([r["ms"][ref] / r["ms"][ours] for r in results])
+                print(f"geomean {ref}/{ours}: {geo:.3f}")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"device": dev, "results": results, "warm": warm}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
