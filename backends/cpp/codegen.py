@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
-from ...ir.index import Index, Indirect, Sym
+from ...ir.index import Index, Indirect, Sym, as_var
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
@@ -46,6 +46,8 @@ class CppEmitter(ExprEmitter):
     def __init__(self, kernel: Kernel, lines: list[str], indent: str, accs: dict[str, Accumulator],
                  names):
         super().__init__(lines, indent, names)
+        self.varying: frozenset = frozenset()  # loop variables of the loop being written
+        self._varies: dict[Expr, bool] = {}
         self.kernel = kernel
         self.accs = accs
         self.indirect: dict[Indirect, str] = {}
@@ -92,9 +94,23 @@ class CppEmitter(ExprEmitter):
     def cast(self, value: str, src: Expr, e: Apply) -> str:
         return render_cast(value, src.dtype, e.dtype)
 
+    def varies(self, e: Expr) -> bool:
+        """Whether ``e`` changes inside the loop this emitter writes (its ``varying`` vars)."""
+        hit = self._varies.get(e)
+        if hit is None:
+            hit = any(isinstance(n, (Load, IndexValue)) and any(
+                v in self.varying for i in (n.index if isinstance(n, Load) else (n.index,)) for v in i.free_vars())
+                for n in walk(e))
+            self._varies[e] = hit
+        return hit
+
     def apply(self, e: Apply, args: list[str]) -> str:
         if e.op in LIBM:
             return render_libm(e.op, e.dtype, args[0])
+        if (e.op is Op.TRUEDIV and e.dtype.is_float and self.varying
+                and self.varies(e.args[0]) and not self.varies(e.args[1])):
+            # divide by a per-row value: multiply by its reciprocal, which the compiler hoists
+            return f"({args[0]} * ((({ctype(e.dtype)})1) / {args[1]}))"
         if e.op in (Op.ABS, Op.NEG) and e.args[0].dtype.is_bool:
             return args[0]
         return RENDER[e.op](*args)
@@ -215,9 +231,15 @@ class KernelWriter:
         stores = [s for s in self.k.elem_stores if s.phase == phase]
         return mine, stores
 
-    def body(self, indent: str, accs, mine, stores, position: str) -> None:
-        """Update this phase's accumulators and do its element stores at the current point."""
+    def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False) -> None:
+        """Update this phase's accumulators and do its element stores at the current point.
+
+        ``per_row``: the loop runs over the reduced dims of one row, so values that read no
+        reduced variable are loop-invariant.
+        """
         em = self.emitter(indent, accs)
+        if per_row:
+            em.varying = frozenset(as_var(v) for v in self.k.rvars())
         for a in mine:
             self.out(indent, *a.update(em.emit(a.r.body), position))
         for s in stores:
@@ -273,7 +295,7 @@ class KernelWriter:
             self.out(indent, pragma)
         self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
         inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
-        self.body(inner, accs, mine, stores, self.flat_r())
+        self.body(inner, accs, mine, stores, self.flat_r(), per_row=True)
         self.close_loops(len(rv), inner)
         for a in mine:
             self.out(indent, *a.finish())
@@ -292,7 +314,7 @@ class KernelWriter:
                  "  #pragma omp simd",
                  "  for (int64_t j = 0; j < w_; ++j) {",
                  f"    const int64_t {r0} = rc_ + j;")
-        self.body(indent + "    ", accs, mine, stores, r0)
+        self.body(indent + "    ", accs, mine, stores, r0, per_row=True)
         self.out(indent, "  }", "}")
         first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in mine}
         for a in mine:
