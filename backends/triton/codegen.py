@@ -210,7 +210,7 @@ class _Generator:
         em = TritonEmitter(ctx, lines, INDENT)
         self._prologue(em, axes)
         if two_d:
-            em.line("xblocks = tl.cdiv(xnumel, XBLOCK)")
+            em.line("xblocks = (xnumel + XBLOCK - 1) // XBLOCK")
             em.line("xindex = (pid % xblocks) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
             em.line("yindex = (pid // xblocks) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
         else:

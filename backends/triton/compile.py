@@ -84,8 +84,12 @@ def index_function(e: Index) -> Callable[[dict], int]:
     return eval(f"lambda _s: {text}")  # noqa: S307 - text is printed from an index expression
 
 
+_SOURCES = {"buffer": 0, "sym": 1, "workspace": 2}
+
+
 class Launcher:
-    """Runs a program's launches: grids, argument order and constexprs are fixed once."""
+    """Runs a program's launches. Argument order, constexprs and static grids are fixed once;
+    per call only tensors, symbol values (and the grids and workspaces they size) change."""
 
     def __init__(self, program: Program, module: ModuleType):
         self.program = program
@@ -93,13 +97,17 @@ class Launcher:
         self.steps = []
         for launch in program.launches:
             fn = getattr(module, launch.fn)
-            options = dict(launch.constexprs, num_warps=launch.num_warps, num_stages=launch.num_stages)
             grid = launch.grid.as_int()
-            self.steps.append((fn, [(a.kind, a.name) for a in launch.args], options,
-                               grid if grid is not None else index_function(launch.grid)))
+            self.steps.append((
+                fn[(grid,)] if grid is not None else fn,
+                None if grid is not None else index_function(launch.grid),
+                grid != 0,
+                [(_SOURCES[a.kind], a.name) for a in launch.args],
+                tuple(value for _, value in launch.constexprs),  # positional, in parameter order
+                {"num_warps": launch.num_warps, "num_stages": launch.num_stages},
+            ))
         self.workspaces = [(w.name, w.dtype, index_function(w.numel)) for w in program.workspaces]
         self.extents = [index_function(e) for e in program.extents]
-        self.max_rnumel = program.max_rnumel
         self.rnumel = index_function(program.extents[1])
         self.device_buffer = program.launches[0].args[0].name
 
@@ -108,20 +116,34 @@ class Launcher:
             return self.program.index64
         return any(extent(syms) >= INDEX32_LIMIT for extent in self.extents)
 
-    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
-        if self.max_rnumel is not None and self.rnumel(syms) > self.max_rnumel:
+    def _check_rows(self, syms: dict) -> None:
+        limit = self.program.max_rnumel
+        if limit is not None and self.rnumel(syms) > limit:
             raise RuntimeError(f"{self.name}: rows of {self.rnumel(syms)} elements exceed the "
-                               f"persistent block of {self.max_rnumel}; use the looped strategy")
-        sources = {"buffer": buffers, "sym": syms}
-        if self.workspaces:
-            device = buffers[self.device_buffer].device
-            sources["workspace"] = {name: torch.empty(numel(syms), dtype=dtype, device=device)
-                                    for name, dtype, numel in self.workspaces}
-        index64 = self._index64(syms)
-        for fn, args, options, grid in self.steps:
-            programs = grid if isinstance(grid, int) else grid(syms)
-            if programs > 0:
-                fn[(programs,)](*[sources[kind][name] for kind, name in args], IDX64=index64, **options)
+                               f"persistent block of {limit}; use the looped strategy")
+
+    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        self._check_rows(syms)
+        device = buffers[self.device_buffer].device
+        workspaces = {name: torch.empty(numel(syms), dtype=dtype, device=device)
+                      for name, dtype, numel in self.workspaces}
+        if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._launch((buffers, syms, workspaces), self._index64(syms))
+        else:
+            self._launch((buffers, syms, workspaces), self._index64(syms))
+
+    def _launch(self, sources: tuple, index64: bool) -> None:
+        syms = sources[1]
+        for run, grid, nonempty, args, constexprs, options in self.steps:
+            if grid is not None:
+                programs = grid(syms)
+                if programs <= 0:
+                    continue
+                run = run[(programs,)]
+            elif not nonempty:
+                continue
+            run(*[sources[k][name] for k, name in args], *constexprs, index64, **options)
 
 
 _SIGNATURE_TYPES = {
@@ -154,7 +176,7 @@ def compile_ahead(program: Program, module: ModuleType, dtypes: dict[str, torch.
         signature.update({name: "constexpr" for name in constexprs})
         source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
         options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        with triton.knobs.runtime.scope():  # tl.max & co. must not take their interpreter path
+        with triton.knobs.runtime.scope():  # the compiler, never the interpreter
             triton.knobs.runtime.interpret = False
             out.append(triton.compile(source, target=target, options=options))
     return out

@@ -20,6 +20,7 @@ from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
 from .indexing import Axis, fold_divmod
 from .ops import render_cast, render_const, render_op, storage_value, tl_type
+from .reductions import reduce_rows
 
 
 def identifier(name: str) -> str:
@@ -168,7 +169,7 @@ class TritonEmitter(ExprEmitter):
         if mask:
             ok = f"{ok} | (({mask}) == 0)"
         if deps:
-            ok = f"tl.min(({ok}).to(tl.int8)) > 0"
+            ok = f"{reduce_rows('min', f'({ok}).to(tl.int32)', axis='None')} > 0"
         msg = f"loopnest: gather index out of range [0, {bound}) in {identifier(self.ctx.kernel.name)}"
         self.line(f'assert {ok}, "{msg}"')
 
@@ -227,7 +228,7 @@ class TritonEmitter(ExprEmitter):
             v = render_cast(v, value.dtype, dst)
         off = self.offset(buffer, index)
         if self.ctx.index_deps(index) != axes:
-            off = f"({off}) + tl.zeros({shape}, tl.int32)"
+            off = f"({off}) + tl.full({shape}, 0, tl.int32)"
         self.line(f"tl.store({self.ctx.ptr(buffer)} + ({off}), {v}{_mask_arg(self.ctx.mask(axes))})")
 
 

@@ -10,7 +10,13 @@ argmax; ``acc0_mean``/``acc0_m2``/``acc0_n`` for Welford). Every strategy is bui
 
 Split reductions store each row state (per program) to a workspace, and the combine stage loads
 those partials as lanes and reduces them again. NaN is tracked in a flag for float max/min and
-argmax/argmin (``tl.max`` ignores NaN); argmax/argmin pick the first index of the extreme value.
+argmax/argmin (Triton's max ignores NaN); argmax/argmin pick the first index of the extreme value.
+
+Rows are reduced with ``tl.reduce`` and Triton's own combine functions rather than ``tl.sum`` /
+``tl.max``: those are ``@triton.jit`` functions fixed in whichever mode (interpreter or compiled)
+was active when ``triton.language`` was first imported, while ``tl.reduce`` works in both (the
+interpreter recognizes the standard combine functions and reduces with numpy). Integers narrower
+than 32 bits are reduced as int32, as ``tl.max`` would.
 """
 from __future__ import annotations
 
@@ -25,6 +31,13 @@ from .ops import TL, tl_type
 
 IDX_NONE = "9223372036854775807"  # index of masked lanes: larger than any real index
 _NAN = 'float("nan")'
+_COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
+            "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine"}
+
+
+def reduce_rows(kind: str, x: str, axis: str = "1") -> str:
+    """``x`` reduced along ``axis`` (``keep_dims``) by ``kind``: sum, max, min or prod."""
+    return f"tl.reduce({x}, {axis}, {_COMBINE[kind]}, keep_dims=True)"
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,7 @@ class Component:
 
 
 _TORCH = {v: k.torch for k, v in TL.items()}
+_DTYPE = {v: k for k, v in TL.items()}
 
 
 def _extreme(dtype: dt.DType, largest: bool) -> str:
@@ -68,8 +82,8 @@ class TritonAccumulator:
         d = self.r.dtype
         if self.op in (ReduceOp.SUM, ReduceOp.PROD) and not d.is_float:
             return "tl.int64"
-        if self.op in (ReduceOp.ANY, ReduceOp.ALL) or d.is_bool:
-            return "tl.int8"
+        if self.op in (ReduceOp.ANY, ReduceOp.ALL) or d.is_bool or (d.is_int and d.itemsize < 4):
+            return "tl.int32"
         return tl_type(d)
 
     @property
@@ -81,7 +95,7 @@ class TritonAccumulator:
         vt, op = self.value_type, self.op
         tdt = _TORCH[vt]
         wants_max = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
-        d = dt.int8 if vt == "tl.int8" else self.r.dtype
+        d = _DTYPE[vt]
         if op is ReduceOp.WELFORD:
             return [Component(s, vt, tdt, "0") for s in ("_mean", "_m2", "_n")]
         if op.is_arg:
@@ -91,7 +105,7 @@ class TritonAccumulator:
         if op in identity:
             return [Component("", vt, tdt, identity[op])]
         main = Component("", vt, tdt, _extreme(d, not wants_max))
-        return [main, Component("_nan", "tl.int8", torch.int8, "0")] if self.is_float else [main]
+        return [main, Component("_nan", "tl.int32", torch.int32, "0")] if self.is_float else [main]
 
     def result_dtypes(self) -> list[torch.dtype]:
         """Torch dtypes of the finished outputs (workspaces of split reductions hold them)."""
@@ -102,6 +116,8 @@ class TritonAccumulator:
             return [torch.int64]
         if self._bool_result:
             return [torch.bool]
+        if op in (ReduceOp.MAX, ReduceOp.MIN):
+            return [self.r.dtype.torch if not self.is_float else _TORCH[self.value_type]]
         return [_TORCH[self.value_type]]
 
     def names(self, prefix: str | None = None) -> dict[str, str]:
@@ -121,13 +137,13 @@ class TritonAccumulator:
         if op is ReduceOp.WELFORD:
             vt = self.value_type
             n = f"tl.full({shape}, 1, {vt})" if mask is None else f"tl.where({mask}, 1.0, 0.0).to({vt})"
-            return {"_mean": masked(value, "_mean"), "_m2": f"tl.zeros({shape}, {vt})", "_n": n}
+            return {"_mean": masked(value, "_mean"), "_m2": f"tl.full({shape}, 0, {vt})", "_n": n}
         if op.is_arg:
             idx = f"tl.broadcast_to({rindex}.to(tl.int64), {shape})"
             return {"_val": masked(value, "_val"), "_idx": masked(idx, "_idx")}
         out = {"": masked(value, "")}
         if "_nan" in comps:
-            out["_nan"] = masked(f"({value} != {value}).to(tl.int8)", "_nan")
+            out["_nan"] = masked(f"({value} != {value}).to(tl.int32)", "_nan")
         return out
 
     def merge(self, acc: dict[str, str], new: dict[str, str]) -> list[str]:
@@ -166,39 +182,34 @@ class TritonAccumulator:
         """Statements reducing lane state ``src`` along axis 1 into row state ``dst``."""
         op = self.op
         if op is ReduceOp.WELFORD:
-            return [f"{dst['_n']} = tl.sum({src['_n']}, 1, keep_dims=True)",
-                    f"{dst['_mean']} = tl.sum({src['_mean']} * {src['_n']}, 1, keep_dims=True) / "
-                    f"tl.maximum({dst['_n']}, 1.0)",
-                    f"{self.var}_dev = {src['_mean']} - {dst['_mean']}",
-                    f"{dst['_m2']} = tl.sum({src['_m2']} + {src['_n']} * {self.var}_dev * {self.var}_dev, "
-                    f"1, keep_dims=True)"]
+            mean, m2, n, dev = src["_mean"], src["_m2"], src["_n"], f"{self.var}_dev"
+            return [f"{dst['_n']} = {reduce_rows('sum', n)}",
+                    f"{dst['_mean']} = {reduce_rows('sum', f'{mean} * {n}')} / tl.maximum({dst['_n']}, 1.0)",
+                    f"{dev} = {mean} - {dst['_mean']}",
+                    f"{dst['_m2']} = {reduce_rows('sum', f'{m2} + {n} * {dev} * {dev}')}"]
         if op.is_arg:
             return self._reduce_arg(src, dst)
-        if op is ReduceOp.SUM:
-            lines = [f"{dst['']} = tl.sum({src['']}, 1, keep_dims=True)"]
-        elif op is ReduceOp.PROD:
-            lines = [f"{dst['']} = tl.reduce({src['']}, 1, ln_prod_combine, keep_dims=True)"]
-        else:
-            fn = "tl.max" if op in (ReduceOp.MAX, ReduceOp.ANY) else "tl.min"
-            lines = [f"{dst['']} = {fn}({src['']}, 1, keep_dims=True)"]
+        kind = {ReduceOp.SUM: "sum", ReduceOp.PROD: "prod", ReduceOp.MAX: "max", ReduceOp.ANY: "max",
+                ReduceOp.MIN: "min", ReduceOp.ALL: "min"}[op]
+        lines = [f"{dst['']} = {reduce_rows(kind, src[''])}"]
         if "_nan" in src:
-            lines.append(f"{dst['_nan']} = tl.max({src['_nan']}, 1, keep_dims=True)")
+            lines.append(f"{dst['_nan']} = {reduce_rows('max', src['_nan'])}")
         return lines
 
     def _reduce_arg(self, src: dict[str, str], dst: dict[str, str]) -> list[str]:
-        fn = "tl.max" if self.op is ReduceOp.ARGMAX else "tl.min"
+        kind = "max" if self.op is ReduceOp.ARGMAX else "min"
         val, idx = src["_val"], src["_idx"]
         best = f"{self.var}_best"
-        lines = [f"{best} = {fn}({val}, 1, keep_dims=True)"]
+        lines = [f"{best} = {reduce_rows(kind, val)}"]
         if self.is_float:
             nan = f"{self.var}_anynan"
-            lines += [f"{nan} = tl.max(({val} != {val}).to(tl.int8), 1, keep_dims=True) > 0",
+            lines += [f"{nan} = {reduce_rows('max', f'({val} != {val}).to(tl.int32)')} > 0",
                       f"{self.var}_hit = tl.where({nan}, {val} != {val}, {val} == {best})",
                       f"{dst['_val']} = tl.where({nan}, {_NAN}, {best})"]
         else:
             lines += [f"{self.var}_hit = {val} == {best}", f"{dst['_val']} = {best}"]
         first = f"tl.where({self.var}_hit, {idx}, {IDX_NONE})"
-        lines.append(f"{dst['_idx']} = tl.min({first}, 1, keep_dims=True)")
+        lines.append(f"{dst['_idx']} = {reduce_rows('min', first)}")
         return lines
 
     def results(self, state: dict[str, str]) -> list[str]:
@@ -213,4 +224,6 @@ class TritonAccumulator:
             return [f"tl.where({state['_nan']} > 0, {_NAN}, {value})"]
         if self._bool_result:
             return [f"({value} != 0)"]
+        if op in (ReduceOp.MAX, ReduceOp.MIN) and self.value_type != tl_type(self.r.dtype):
+            return [f"{value}.to({tl_type(self.r.dtype)})"]  # narrow ints were reduced as int32
         return [value]
