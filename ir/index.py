@@ -373,7 +373,11 @@ def floordiv(num: Index, den: Index) -> Index:
     q, r = _split(num, den)
     if r == 0:
         return q
-    if is_nonneg(r) and provably_less(r, den):
+    if not is_nonneg(r):
+        # Splitting off multiples of den could leave a negative remainder (2*s - 1 - i -> -1 - i),
+        # which C's truncating division would get wrong; printers assume non-negative numerators.
+        return Index.of(FloorDiv(num, den))
+    if provably_less(r, den):
         return q
     if len(r.terms) == 1 and r.const == 0:
         inner = r.terms[0][0]
@@ -394,7 +398,9 @@ def mod(num: Index, den: Index) -> Index:
     _, r = _split(num, den)
     if r == 0:
         return Index.of(0)
-    if is_nonneg(r) and provably_less(r, den):
+    if not is_nonneg(r):
+        return Index.of(Mod(num, den))  # keep the non-negative numerator (see floordiv)
+    if provably_less(r, den):
         return r
     return Index.of(Mod(r, den))
 

@@ -73,7 +73,8 @@ class FxLowering:
         self.env: dict[torch.fx.Node, Any] = {}
         self.tensor_inputs: list[TensorInput] = []
         self.constants: list[tuple[Tensor, torch.Tensor]] = []
-        self.sym_sources: dict[str, tuple[int, int | None]] = {}
+        self.dim_sources: dict[str, tuple[int, int]] = {}       # symbol -> (argument, dim)
+        self.scalar_sources: dict[str, tuple[int, None]] = {}  # symbol -> (SymInt argument, None)
         self.fallbacks: list[Fallback] = []
         self.mutations: list[tuple[int, Tensor]] = []
         self.num_args = 0
@@ -109,13 +110,13 @@ class FxLowering:
             for d, s in enumerate(shape):
                 name = bare_symbol(s)
                 if name is not None:
-                    self.sym_sources.setdefault(name, (position, d))
+                    self.dim_sources.setdefault(name, (position, d))
             return t
         if isinstance(val, torch.SymInt):
             index = to_index(val)
             name = bare_symbol(index)
-            if name is not None and name not in self.sym_sources:
-                self.sym_sources[name] = (position, None)
+            if name is not None:
+                self.scalar_sources.setdefault(name, (position, None))
             return index
         if val is None or isinstance(val, (bool, int, float)):
             return val
@@ -241,8 +242,8 @@ class FxLowering:
     def _symbol_sources(self) -> tuple[dict, list[str]]:
         """Where each symbol's value comes from; symbols known only from SymInt arguments get a
         size-carrier input so the compiled graph can bind them."""
-        in_dims = {k: v for k, v in self.sym_sources.items() if v[1] is not None}
-        scalars = {k: v for k, v in self.sym_sources.items() if v[1] is None and k not in in_dims}
+        in_dims = self.dim_sources
+        scalars = {k: v for k, v in self.scalar_sources.items() if k not in in_dims}
         for ti in self.tensor_inputs:
             for s in ti.tensor.shape + ti.strides:
                 missing = symbols_in(s) - set(in_dims) - set(scalars)

@@ -41,20 +41,21 @@ def operand(value, dtype: DType | None = None):
     raise Unsupported(f"operand of type {type(value).__name__}")
 
 
-def _tensor_like(ctx: LoweringContext, args) -> Tensor:
-    """A broadcast-shaped anchor: ops on Python scalars alone still need one tensor operand."""
-    for a in args:
-        if isinstance(a, Tensor):
-            return a
-    return T.full(ctx.out_shape(), 0, ctx.out_dtype())
-
-
 def compute(ctx: LoweringContext, op: Op, args, dtype: DType) -> Tensor:
     """``op`` over ``args`` computed in ``dtype`` (every tensor operand cast to it)."""
-    ops = [operand(a, dtype) for a in args]
+    ops = aligned(ctx, [operand(a, dtype) for a in args])
     if not any(isinstance(a, Tensor) for a in ops):
         ops[0] = T.full((), ops[0], dtype)
     return F.apply(op, *ops)
+
+
+def aligned(ctx: LoweringContext, ops: list) -> list:
+    """Operands whose symbolic sizes differ from the traced output's only in form (``(s+1)//2`` vs
+    ``s//2``, equal under Dynamo's guards) re-labelled with the output's sizes, so they broadcast."""
+    out = ctx.out_shape() if isinstance(ctx.val, torch.Tensor) else None
+    if out is None:
+        return ops
+    return [T.relabel(a, out) if isinstance(a, Tensor) else a for a in ops]
 
 
 def compare_dtype(ctx: LoweringContext, n: int = 2) -> DType:
@@ -231,8 +232,7 @@ def _round_decimals(ctx, x, decimals=0):
 @register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx, cond, a, b):
     out = ctx.out_dtype()
-    c = operand(cond, dt.bool_)
-    x, y = operand(a, out), operand(b, out)
+    c, x, y = aligned(ctx, [operand(cond, dt.bool_), operand(a, out), operand(b, out)])
     if not any(isinstance(v, Tensor) for v in (c, x, y)):
         c = T.full((), c, dt.bool_)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):

@@ -15,7 +15,7 @@ import torch
 
 from ..ir.index import evaluate
 from ..pipeline import compile_graph
-from ..runtime.compiled import CompiledGraph
+from ..runtime.compiled import CompiledGraph, InputError
 from .extern import SYMBOL_ENV
 from .interpreter import FxLowering, LoweredProgram, OutputLeaf, TensorInput, _tree_map
 
@@ -48,6 +48,7 @@ class LoweredGraph:
     def run(self, args: list):
         """Run on a list of arguments (AOTAutograd's boxed convention)."""
         p = self.program
+        self._check(args)
         env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
         device = self.compiled.device
         fitted = [_fit(args[ti.position], ti, env, device) for ti in p.tensor_inputs]
@@ -62,6 +63,16 @@ class LoweredGraph:
         for position, leaf in p.mutations:
             args[position].copy_(_value(leaf, outs, args, views, env))
         return _tree_map(lambda leaf: _value(leaf, outs, args, views, env), p.outputs)
+
+
+    def _check(self, args: list) -> None:
+        p = self.program
+        if len(args) != p.num_args:
+            raise InputError(f"{self.stats.name}: the graph takes {p.num_args} arguments, got {len(args)}")
+        for ti in p.tensor_inputs:
+            if not isinstance(args[ti.position], torch.Tensor):
+                raise InputError(f"{self.stats.name}: argument {ti.position} ({ti.tensor.src.name[3:]}) must be "
+                                 f"a tensor, got {type(args[ti.position]).__name__}")
 
 
 class BoxedGraph:

@@ -13,7 +13,7 @@ from ..dsl import functions as F
 from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index
+from ..ir.index import Index, contiguous_strides, floordiv, mod
 from ..ir.nodes import domain_vars
 from ..ir.ops import Op
 
@@ -62,6 +62,30 @@ def cast(x: Tensor, dtype: DType) -> Tensor:
 def view(x: Tensor, shape: Sequence[Index], remap, what: str) -> Tensor:
     """``out[idx] = x[remap(idx)]`` with the given output shape."""
     return Tensor(tuple(Index.of(s) for s in shape), x.dtype, ViewSrc(x, remap, what))
+
+
+def reshape(x: Tensor, shape: Sequence[Index]) -> Tensor:
+    """``x`` in row-major order with ``shape`` (same element count; not re-checked)."""
+    shape = tuple(Index.of(s) for s in shape)
+    src, src_strides, strides = x.shape, contiguous_strides(x.shape), contiguous_strides(shape)
+
+    def remap(idx):
+        flat = Index.of(0)
+        for i, st in zip(idx, strides):
+            flat = flat + i * st
+        return tuple(Index.of(0) if n == 1 else mod(floordiv(flat, st), n) for n, st in zip(src, src_strides))
+
+    return view(x, shape, remap, "reshape")
+
+
+def relabel(x: Tensor, shape: Sequence[Index]) -> Tensor:
+    """``x`` with each non-1 size that differs from the trailing-aligned ``shape`` replaced by it
+    (the traced values say they are equal); ``x`` itself when nothing differs."""
+    lead = len(shape) - x.ndim
+    sizes = tuple(s if s == 1 or lead + k < 0 else shape[lead + k] for k, s in enumerate(x.shape))
+    if sizes == tuple(x.shape):
+        return x
+    return view(x, sizes, lambda idx: idx, "relabel")
 
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:

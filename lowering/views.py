@@ -22,10 +22,12 @@ def norm_dim(dim: int, ndim: int) -> int:
 
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx: LoweringContext, x, size):
+    """Row-major reshape to the traced shape (trusted: symbolic sizes such as ``s0*s1 // 2`` need
+    no proof that the element counts agree)."""
     shape = ctx.out_shape()
     if tuple(shape) == tuple(x.shape):
         return x
-    return F.reshape(x, shape)
+    return T.reshape(x, shape)
 
 
 @register_lowering(aten.permute.default)

@@ -181,6 +181,27 @@ def test_dynamic_shapes_compile_one_kernel_for_all_sizes(device):
         assert built == 1
 
 
+DYNAMIC_CASES = {
+    "slice_cat": lambda x: torch.cat([x[:, 1:], x[:, :1] * 2], 1),
+    "pad": lambda x: Fn.pad(x, (1, 2, 0, 1), value=0.5),
+    "var_mean": lambda x: torch.var_mean(x, 0),
+    "repeat_flip": lambda x: x.repeat(2, 1).flip(0),  # mod of 2*s - 1 - i: no negative numerator
+    "reshape_floordiv": lambda x: x.reshape(-1, 2).sum(1).reshape(x.shape[0], -1),  # sizes s*t // 2
+    "step_vs_half": lambda x: x[:, ::2] + x.reshape(x.shape[0], -1, 2).sum(-1),  # (s+1)//2 == s//2
+    "gather_rows": lambda x: x[torch.arange(x.shape[0] - 1, -1, -1)] + x[:, -1:],
+}
+
+
+@pytest.mark.parametrize("case", sorted(DYNAMIC_CASES))
+def test_dynamic_shapes_views_and_indexing(case):
+    f = DYNAMIC_CASES[case]
+    cf = torch.compile(f, backend="loopnest", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 8):
+            x = torch.randn(n, 2 * n)
+            torch.testing.assert_close(cf(x), f(x))
+
+
 def test_dynamic_shapes_with_size_arithmetic():
     f = torch.compile(lambda x: (x.reshape(-1) * x.shape[0]).reshape(x.shape[0], -1) + torch.arange(x.shape[1]),
                       backend="loopnest", dynamic=True)

@@ -185,6 +185,17 @@ def test_exported_program_binds_parameters_and_buffers():
     torch.testing.assert_close(ep.state_dict["1.running_mean"], ref[1].running_mean)
 
 
+def test_bad_arguments_raise_clear_errors():
+    gm = make_fx(lambda x, y: x * y)(torch.randn(2, 3), torch.randn(3))
+    compiled = ln.compile_fx(gm, [torch.randn(2, 3), torch.randn(3)])
+    with pytest.raises(ln.InputError, match="takes 2 arguments, got 1"):
+        compiled(torch.randn(2, 3))
+    with pytest.raises(ln.InputError, match="must be a tensor"):
+        compiled(torch.randn(2, 3), 3.0)
+    with pytest.raises(ln.InputError, match="dtype"):
+        compiled(torch.randn(2, 3), torch.ones(3, dtype=torch.int64))
+
+
 def test_options_are_validated():
     gm = make_fx(lambda x: x + 1)(torch.randn(2))
     with pytest.raises(ValueError, match="backend"):

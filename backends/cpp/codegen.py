@@ -160,6 +160,7 @@ class KernelWriter:
         self.lines: list[str] = []
         self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
         self.threads = f" num_threads({config.threads})" if config.threads else ""
+        self.c = IndexPrinter(lambda a: a.name)  # sizes in C syntax (str(Index) writes // for floor)
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names)
@@ -194,7 +195,7 @@ class KernelWriter:
             if n == len(vars_) - 1 and inner_pragma:
                 self.out(indent, inner_pragma)
             name = _var_name(v)
-            self.out(indent, f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            self.out(indent, f"for (int64_t {name} = 0; {name} < {self.c(size)}; ++{name}) {{")
             indent += "  "
         return indent
 
@@ -261,7 +262,7 @@ class KernelWriter:
         pv = self.k.pvars()
         self.parallel_for(len(pv))
         indent = self.open_loops(pv, self.k.pdomain, "  ")
-        results = self.reduce_rows(indent, "0", str(self.k.rdomain[0]))
+        results = self.reduce_rows(indent, "0", self.c(self.k.rdomain[0]))
         self.row_stores(indent, results)
         self.close_loops(len(pv), indent)
 
@@ -330,10 +331,10 @@ class KernelWriter:
         last, width = _var_name(pv[-1]), self.cfg.chunk
         self.parallel_for(len(pv))
         indent = self.open_loops(pv[:-1], sizes[:-1], "  ")
-        self.out(indent, f"for (int64_t c_ = 0; c_ < ({sizes[-1]} + {width - 1}) / {width}; ++c_) {{")
+        self.out(indent, f"for (int64_t c_ = 0; c_ < ({self.c(sizes[-1])} + {width - 1}) / {width}; ++c_) {{")
         indent += "  "
         self.out(indent, f"const int64_t pc_ = c_ * {width};",
-                 f"const int64_t w_ = std::min<int64_t>({width}, {sizes[-1]} - pc_);")
+                 f"const int64_t w_ = std::min<int64_t>({width}, {self.c(sizes[-1])} - pc_);")
         accs = self.accumulators("[j]")
         for phase in range(self.k.num_phases):
             mine, stores = self.phase_parts(phase, accs)
@@ -362,7 +363,7 @@ class KernelWriter:
         """No rows: every phase splits the outermost reduced dim across threads, then combines."""
         shared = self.accumulators(prefix="acc")
         results: dict[str, Accumulator] = {}
-        n0 = self.k.rdomain[0]
+        n0 = self.c(self.k.rdomain[0])
         for phase in range(self.k.num_phases):
             mine = [shared[r.name] for r in self.k.reductions if r.level == phase]
             for a in mine:
