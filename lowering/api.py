@@ -85,14 +85,24 @@ def needs_retrace(gm: torch.fx.GraphModule) -> bool:
 
 
 def retrace(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
-    """Re-trace ``gm`` functionalized, with the decomposition table, recording traced values."""
+    """Re-trace ``gm`` functionalized, with the decomposition table, recording traced values;
+    a graph traced with symbolic sizes is re-traced symbolically (it stays dynamic)."""
     fn = torch.func.functionalize(torch.fx.Interpreter(gm).run, remove="mutations")
     table = decomposition_table()
     fake_mode = detect_fake_mode(example_inputs)
     if fake_mode is not None:
         with fake_mode:
             return make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
-    return make_fx(fn, decomposition_table=table, tracing_mode="fake")(*example_inputs)
+    mode = "symbolic" if _has_symbolic_sizes(gm) else "fake"
+    return make_fx(fn, decomposition_table=table, tracing_mode=mode)(*example_inputs)
+
+
+def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
+    for node in _placeholders(gm):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
+            return True
+    return False
 
 
 # -- ExportedProgram ----------------------------------------------------------------------------------

@@ -241,3 +241,25 @@ def test_extern_views_of_inputs_with_a_storage_offset():
     compiled = ln.compile_fx(gm, [a, b])
     for got, want in zip(compiled(a, b), f(a, b)):
         torch.testing.assert_close(got, want)
+
+
+def test_symbolic_make_fx_graph_stays_dynamic():
+    def f(x, y):
+        return torch.softmax(x, -1) * y.sum(0) + x.shape[0]
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6), torch.randn(3, 6))
+    compiled = ln.compile_fx(gm, [torch.randn(4, 6), torch.randn(3, 6)])
+    assert compiled.lowered.program.graph.symbols()
+    for n in (2, 7):
+        x, y = torch.randn(n, 6), torch.randn(n + 1, 6)
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+def test_exported_program_with_a_dynamic_batch():
+    m = torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.ReLU())
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(m, (torch.randn(4, 6),), dynamic_shapes=({0: batch},))
+    compiled = ln.compile_fx(ep)
+    for n in (2, 9):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(compiled(x), m(x))
