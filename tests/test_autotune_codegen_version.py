@@ -26,6 +26,12 @@ PINNED = {
         "triton": {"softmax": "0c73703214567e57", "layernorm": "13c95f733940791d",
                    "pointwise": "945fb920c78518f0"},
     },
+    2: {  # C++: hoisted reciprocals; Triton: rows reduced with tl.reduce
+        "cpp": {"softmax": "e8a8dc6211d91e87", "layernorm": "50dbcdeb5dbe5737",
+                "pointwise": "6cb9c6d46c3da2db"},
+        "triton": {"softmax": "2b2f03ec14a8061d", "layernorm": "498151bb82a90593",
+                   "pointwise": "945fb920c78518f0"},
+    },
 }
 
 
