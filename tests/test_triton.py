@@ -281,6 +281,37 @@ def test_gather_with_negative_indices():
 
 
 @pytest.mark.skipif(not INTERPRET, reason="a failed device assert leaves the CUDA context unusable")
+def test_embedding_lookup():
+    table = ln.placeholder("table", (11, 6), ln.float32)
+    ids = ln.placeholder("ids", (7, 1), ln.int64)
+    a = rand(11, 6)
+    ia = torch.tensor([[3], [0], [10], [-1], [5], [5], [-11]], device=DEVICE)
+    out = run(ln.gather(table, 0, ln.broadcast_to(ids, (7, 6))) * 3, a, ia)
+    check(out, a[ia[:, 0] % 11] * 3)
+
+
+def test_zero_dim_tensors():
+    x = ln.placeholder("x", (), ln.float32)
+    y = ln.placeholder("y", (4, 3), ln.float32)
+    a, b = rand(1)[0], rand(4, 3)
+    out = run([x * 2 + 1, ln.sum(y) * x, y + x], a, b)
+    check(out[0], a * 2 + 1)
+    check(out[1], b.sum() * a)
+    check(out[2], b + a)
+
+
+def test_persistent_config_rejects_longer_rows_at_run_time():
+    x = ln.placeholder("x", ("N", "C"), ln.float32)
+    f = ln.compile(ln.sum(x, 1), backend="triton")
+    graph = f.graph(rand(3, 8))
+    (kernel,) = schedule(graph, "rows").kernels
+    compiled = compile_graph(graph, "triton", "rows", {kernel.name: TritonConfig(XBLOCK=1, RBLOCK=8)})
+    a = rand(3, 8)
+    check(compiled(a)[0], a.sum(1))
+    with pytest.raises(RuntimeError, match="persistent block of 8"):
+        compiled(rand(3, 9))
+
+
 def test_gather_bounds_check_in_debug_mode():
     x = ln.placeholder("x", (4, 8), ln.float32)
     idx = ln.placeholder("idx", (4, 3), ln.int64)
