@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload
 
 from ..dsl import functions as F
 from ..dsl.build import GraphBuilder, strided_layout
@@ -138,6 +138,10 @@ class FxLowering:
         if target in _IGNORED:
             return None
         val = node.meta.get("val")
+        if isinstance(target, HigherOrderOperator) and not _is_scalar(val):
+            reason = f"higher-order op {target.name()} (e.g. a mutating custom op): called as is"
+            args, kwargs = self._arg(node.args), self._arg(dict(node.kwargs))
+            return self._extern(LoweringContext(node), args, kwargs, reason)
         if not isinstance(target, OpOverload) or _is_scalar(val):
             return self._scalar(node, val)
         args = self._arg(node.args)

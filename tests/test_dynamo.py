@@ -221,6 +221,23 @@ def _(x, s):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("lntest::add_twice_", mutates_args=("out",))
+def add_twice_(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.add_(x * 2)
+
+
+def test_mutating_custom_op_passes_through_as_extern():
+    def f(x, y):
+        y = y.clone()
+        add_twice_(x.sin(), y)
+        return y * 3
+
+    x, y = torch.randn(5), torch.randn(5)
+    e = ln.explain(f, x, y)
+    assert len(e.fallbacks) == 1 and e.fallbacks[0].op.startswith("auto_functionalized")
+    torch.testing.assert_close(torch.compile(f, backend="loopnest")(x, y), f(x, y))
+
+
 def test_custom_op_passes_through_as_extern():
     def f(x):
         return scaled_sin(x.exp(), 3.0) + 1
