@@ -157,7 +157,7 @@ def shift_along(piece: Tensor, dim: int, out_size: Index, offset: Index) -> Tens
     if offset == 0 and out_size == piece.shape[dim]:
         return piece
     shape = piece.shape[:dim] + (out_size,) + piece.shape[dim + 1:]
-    pos = F.apply(Op.SUB, iota(shape, dim), int_operand(offset))
+    pos = iota(shape, dim) if offset == 0 else F.apply(Op.SUB, iota(shape, dim), int_operand(offset))
     return take(piece, dim, clamp_index(pos, piece.shape[dim]))
 
 

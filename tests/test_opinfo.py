@@ -91,23 +91,22 @@ def run_sample(op, sample, fallbacks: set) -> str | None:
 def sweep(ops) -> tuple[int, int, dict, dict]:
     """Run up to SAMPLES_PER_OP samples of each op; (passed, counted, failures by op, Extern
     fallbacks by op)."""
-    torch._dynamo.config.recompile_limit = 1 << 20
-    torch._dynamo.config.accumulated_recompile_limit = 1 << 20
-    torch._dynamo.config.cache_size_limit = 1 << 20
+    limits = dict(recompile_limit=1 << 20, accumulated_recompile_limit=1 << 20, cache_size_limit=1 << 20)
     passed = counted = 0
     failures: dict[str, list[str]] = {}
     externs: dict[str, set] = {}
-    for op in ops:
-        samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_OP]
-        for sample in samples:
-            result = run_sample(op, sample, externs.setdefault(op_name(op), set()))
-            if result is not None and result.startswith("skip"):
-                continue
-            counted += 1
-            if result is None:
-                passed += 1
-            else:
-                failures.setdefault(op_name(op), []).append(result)
+    with torch._dynamo.config.patch(**limits):  # Dynamo must never fall back to eager silently
+        for op in ops:
+            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_OP]
+            for sample in samples:
+                result = run_sample(op, sample, externs.setdefault(op_name(op), set()))
+                if result is not None and result.startswith("skip"):
+                    continue
+                counted += 1
+                if result is None:
+                    passed += 1
+                else:
+                    failures.setdefault(op_name(op), []).append(result)
     return passed, counted, failures, externs
 
 
