@@ -225,18 +225,18 @@ def substitute_vars(root: Expr, mapping: dict, memo: dict | None = None) -> Expr
     return rewrite(root, fn, memo)
 
 
-def format_expr(root: Expr) -> str:
-    """One-line text of an expression (shared subexpressions are printed in full)."""
+def format_expr(root: Expr, buf: Callable[[str], str] = str, index: Callable[[Index], str] = str) -> str:
+    """One-line text of an expression; ``buf`` and ``index`` print buffer names and indices."""
     if isinstance(root, Const):
         return f"{root.value!r}:{root.dtype.name}"
     if isinstance(root, Load):
-        return f"{root.buffer}[{', '.join(str(i) for i in root.index)}]"
+        return f"{buf(root.buffer)}[{', '.join(index(i) for i in root.index)}]"
     if isinstance(root, IndexValue):
-        return f"index({root.index}):{root.dtype.name}"
+        return f"index({index(root.index)}):{root.dtype.name}"
     if isinstance(root, AccRef):
-        return f"acc({root.name}.{root.output})"
+        return f"acc({buf(root.name)}.{root.output})"
     if isinstance(root, Apply):
-        args = ", ".join(format_expr(a) for a in root.args)
+        args = ", ".join(format_expr(a, buf, index) for a in root.args)
         suffix = f":{root.dtype.name}" if root.op is Op.CAST else ""
         return f"{root.op.name.lower()}({args}){suffix}"
-    raise TypeError(f"not an expression: {root!r}")
+    raise TypeError(f"not an expression: {type(root).__name__}")

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from .expr import AccRef, Apply, Const, Expr, IndexValue, Load
+from .expr import Expr, format_expr
 from .index import FloorDiv, Index, Indirect, Mod, Sym, Var
 from .nodes import Buffer, BufferRef, Extern, Graph, Node, Pointwise, Reduction
-from .ops import Op
 
 
 class Printer:
@@ -79,19 +78,7 @@ class Printer:
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, root: Expr) -> str:
-        if isinstance(root, Const):
-            return f"{root.value!r}:{root.dtype.name}"
-        if isinstance(root, Load):
-            return f"{self.buf(root.buffer)}[{', '.join(self.index(i) for i in root.index)}]"
-        if isinstance(root, IndexValue):
-            return f"index({self.index(root.index)}):{root.dtype.name}"
-        if isinstance(root, AccRef):
-            return f"acc({self.buf(root.name)}.{root.output})"
-        if isinstance(root, Apply):
-            args = ", ".join(self.expr(a) for a in root.args)
-            suffix = f":{root.dtype.name}" if root.op is Op.CAST else ""
-            return f"{root.op.name.lower()}({args}){suffix}"
-        raise TypeError(f"not an expression: {root!r}")
+        return format_expr(root, self.buf, self.index)
 
     # -- nodes and graphs -------------------------------------------------------------------------
     def decl(self, name: str) -> str:
