@@ -149,7 +149,9 @@ def softmax(x):
 def test_softmax(strategy):
     x = ln.placeholder("x", (5, 37), ln.float32)
     a = rand(5, 37)
-    check(run(softmax(x), a, config=STRATEGIES[strategy]), torch.softmax(a, 1))
+    out = run([softmax(x), x * 2], a, config=STRATEGIES[strategy])  # x * 2: a phase-0 store
+    check(out[0], torch.softmax(a, 1))
+    check(out[1], a * 2)
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
