@@ -63,7 +63,7 @@ def _stride_key(t: Tensor, a) -> tuple:
     _check_arg(t, a)
     if a.is_contiguous():
         return ("contiguous",)
-    return tuple(a.stride()) + tuple(a.shape) + (a.storage_offset(),)
+    return tuple(a.stride()) + tuple(a.shape)
 
 
 def _layout(t: Tensor, a: torch.Tensor) -> Layout:
@@ -71,7 +71,7 @@ def _layout(t: Tensor, a: torch.Tensor) -> Layout:
     if a.is_contiguous():
         return Layout(t.shape, contiguous_strides(t.shape))
     _check_overlap(t.src.name, a)
-    return Layout(t.shape, tuple(Index.of(s) for s in a.stride()), Index.of(a.storage_offset()))
+    return Layout(t.shape, tuple(Index.of(s) for s in a.stride()))  # offsets count from data_ptr()
 
 
 def _check_overlap(name: str, a: torch.Tensor) -> None:

@@ -66,7 +66,7 @@ class FloorDiv(Atom):
     rank = 3
 
     def __str__(self) -> str:
-        return f"({self.num} // {_paren(self.den)})"
+        return f"({_paren(self.num)} // {_paren(self.den)})"
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Mod(Atom):
     rank = 4
 
     def __str__(self) -> str:
-        return f"({self.num} % {_paren(self.den)})"
+        return f"({_paren(self.num)} % {_paren(self.den)})"
 
 
 @dataclass(frozen=True)
@@ -314,8 +314,12 @@ def _nonneg(a: Atom) -> bool:
 
 
 def is_nonneg(e: Index) -> bool:
-    """True if ``e >= 0`` is provable (all atoms are non-negative)."""
-    return e.const >= 0 and all(c > 0 and all(_nonneg(a) for a in m) for m, c in e.terms)
+    """True if ``e >= 0`` is provable: every term is non-negative, and the terms made of symbols
+    alone (each >= 1) are at least as large as a negative constant (``a*b - 1 >= 0``)."""
+    if not all(c > 0 and all(_nonneg(a) for a in m) for m, c in e.terms):
+        return False
+    least = e.const + sum(c for m, c in e.terms if all(isinstance(a, Sym) for a in m))
+    return least >= 0
 
 
 def provably_less(e: Index, bound: Index) -> bool:
@@ -373,6 +377,8 @@ def floordiv(num: Index, den: Index) -> Index:
     q, r = _split(num, den)
     if r == 0:
         return q
+    if r.is_const and r.const < 0 and is_nonneg(den + r.const):
+        return q - 1  # -den <= r < 0: floor((q*den + r) / den) = q - 1 (bounds: (s*t - 1) // t)
     if not is_nonneg(r):
         # Splitting off multiples of den could leave a negative remainder (2*s - 1 - i -> -1 - i),
         # which C's truncating division would get wrong; printers assume non-negative numerators.

@@ -163,7 +163,9 @@ def test_non_contiguous_inputs_specialize_once_per_stride_pattern():
     assert_close(f(A.T), A.T.exp().sum(0), "transposed again")
     wide = torch.randn(9, 26)[:, ::2]
     assert_close(f(wide), wide.exp().sum(0), "strided")
-    assert len(f.specializations) == 3
+    shifted = torch.randn(9, 14)[:, 1:]  # a storage offset: data_ptr() already points past it
+    assert_close(f(shifted), shifted.exp().sum(0), "offset")
+    assert len(f.specializations) == 4
 
 
 def test_broadcast_input():
