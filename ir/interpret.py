@@ -54,10 +54,6 @@ def _pow(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(neg, special, torch.pow(a, torch.where(neg, torch.zeros_like(b), b)))
 
 
-def _sign(a: torch.Tensor) -> torch.Tensor:
-    return torch.where(torch.isnan(a), a, torch.sign(a)) if a.dtype.is_floating_point else torch.sign(a)
-
-
 def _same(a: torch.Tensor) -> torch.Tensor:
     return a
 
@@ -70,7 +66,7 @@ OPS: dict[Op, Callable[..., torch.Tensor]] = {
     Op.MAXIMUM: torch.maximum, Op.MINIMUM: torch.minimum, Op.COPYSIGN: torch.copysign,
     Op.NEG: lambda a: a if a.dtype == torch.bool else torch.neg(a),
     Op.ABS: lambda a: a if a.dtype == torch.bool else torch.abs(a),
-    Op.RECIPROCAL: torch.reciprocal, Op.SIGN: _sign,
+    Op.RECIPROCAL: torch.reciprocal, Op.SIGN: torch.sign,
     Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.EXPM1: torch.expm1, Op.LOG: torch.log,
     Op.LOG2: torch.log2, Op.LOG10: torch.log10, Op.LOG1P: torch.log1p, Op.SQRT: torch.sqrt,
     Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin, Op.COS: torch.cos, Op.TAN: torch.tan,

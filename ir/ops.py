@@ -28,7 +28,7 @@ class Op(Enum):
     NEG = (1, "-a")
     ABS = (1, "|a|")
     RECIPROCAL = (1, "1 / a")
-    SIGN = (1, "-1, 0 or 1 (0 for 0; NaN for NaN)")
+    SIGN = (1, "-1, 0 or 1; 0 for 0 and for NaN, like torch.sign")
     # transcendental
     EXP = (1, "e ** a")
     EXP2 = (1, "2 ** a")

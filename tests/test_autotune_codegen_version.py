@@ -15,7 +15,9 @@ import torch
 import loopnest as ln
 from loopnest.backends.codegen_version import CODEGEN_VERSION
 from loopnest.backends.registry import get_backend
+from loopnest.backends.cpp.ops import PRELUDE, simd_declarations
 from loopnest.backends.triton import settings as triton_settings
+from loopnest.backends.triton.mathlib import all_helpers_source
 from loopnest.scheduler import schedule
 
 # CODEGEN_VERSION -> backend -> reference kernel -> sha256[:16] of its default-config source.
@@ -32,7 +34,18 @@ PINNED = {
         "triton": {"softmax": "2b2f03ec14a8061d", "layernorm": "498151bb82a90593",
                    "pointwise": "945fb920c78518f0"},
     },
+    3: {  # sign(NaN) = 0 like torch.sign; the prelude and helper functions are pinned too
+        "cpp": {"softmax": "e7306f197843ccc6", "layernorm": "40c24cf782a8e611",
+                "pointwise": "e6c47b54c22be60f"},
+        "triton": {"softmax": "d92c7cfc0fd739d4", "layernorm": "b8d86495ec34c1d6",
+                   "pointwise": "830acab5460761a6"},
+    },
 }
+
+
+# Code every generated module may include besides its kernels: the C++ prelude and the Triton
+# helper functions (pinned from version 3 on).
+SHARED_SOURCE = {"cpp": lambda: PRELUDE + simd_declarations(), "triton": all_helpers_source}
 
 
 def reference_graphs() -> dict:
@@ -57,7 +70,7 @@ def source_hashes(backend: str) -> dict[str, str]:
     with triton_settings.scope(interpret=False, debug=False):  # the GPU source, not the interpreter's
         for name, graph in reference_graphs().items():
             kernels = schedule(graph, name).kernels
-            source = "\n".join(be.codegen(k, be.default_config(k)) for k in kernels)
+            source = SHARED_SOURCE[backend]() + "\n".join(be.codegen(k, be.default_config(k)) for k in kernels)
             out[name] = hashlib.sha256(source.encode()).hexdigest()[:16]
     return out
 

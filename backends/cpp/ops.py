@@ -154,8 +154,6 @@ template <class T> static inline T ln_abs(T a) { return a < 0 ? -a : a; }
 static inline float ln_abs(float a) { return std::fabs(a); }
 static inline double ln_abs(double a) { return std::fabs(a); }
 template <class T> static inline T ln_sign(T a) { return (T)((a > 0) - (a < 0)); }
-static inline float ln_sign(float a) { return a != a ? a : (float)((a > 0) - (a < 0)); }
-static inline double ln_sign(double a) { return a != a ? a : (double)((a > 0) - (a < 0)); }
 template <class T> static inline bool ln_isinf(T a) { return std::isinf(a); }
 template <class T> static inline T ln_rsqrt(T a) { return (T)1 / std::sqrt(a); }
 template <class T> static inline T ln_sigmoid(T a) { return (T)1 / ((T)1 + std::exp(-a)); }

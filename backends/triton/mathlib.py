@@ -13,6 +13,11 @@ import re
 _SOURCES: dict[str, str] = {}
 
 
+def all_helpers_source() -> str:
+    """Every helper's source, in name order (part of what the codegen version pins)."""
+    return "".join(_SOURCES[name] for name in sorted(_SOURCES))
+
+
 def _helper(source: str) -> None:
     name = re.search(r"def (\w+)\(", source).group(1)
     _SOURCES[name] = "@triton.jit\n" + source.strip() + "\n"
@@ -57,8 +62,7 @@ def ln_copysign_f64(a, b):
 """)
 _helper("""
 def ln_sign_float(a):
-    s = tl.where(a > 0, 1.0, tl.where(a < 0, -1.0, 0.0))
-    return tl.where(a != a, a, s)
+    return tl.where(a > 0, 1.0, tl.where(a < 0, -1.0, 0.0))
 """)
 
 # -- powers -----------------------------------------------------------------------------------
