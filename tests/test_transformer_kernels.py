@@ -9,6 +9,7 @@ import loopnest
 
 def test_transformer_encoder_layer_kernel_count_vs_inductor():
     torch.backends.mha.set_fastpath_enabled(False)  # the fused fast path would hide the graph
+    torch._dynamo.reset()  # no automatic-dynamic sizes left over from other tests
     try:
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
