@@ -9,6 +9,7 @@ Then it measures the warm start: a new process compiling every workload from the
 timed after imports and CUDA init.
 
 Run on the device: python bench/gpu_suite.py [--tuned] [--copy-gbs 4281] [WORKLOAD ...]
+Check the script itself on a CPU: TRITON_INTERPRET=1 python bench/gpu_suite.py --smoke softmax
 """
 from __future__ import annotations
 
@@ -55,13 +56,15 @@ def tensor_bytes(values) -> int:
     return sum(tensor_bytes(v) for v in values)
 
 
-def variants(fn, tuned: bool) -> dict:
+def variants(fn, tuned: bool, smoke: bool = False) -> dict:
     out = {
         "eager": fn,
         "inductor": torch.compile(fn),
         "inductor_max": torch.compile(fn, mode="max-autotune-no-cudagraphs"),
         "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "off"}),
     }
+    if smoke:
+        del out["inductor_max"]  # max-autotune needs a GPU
     if tuned:
         out["loopnest_tuned"] = torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "db"})
     return out
@@ -80,24 +83,42 @@ def check(got, want, name: str, variant: str) -> str:
     return "ok"
 
 
-def run(name: str, tuned: bool, copy_gbs: float) -> dict:
+def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str = "cuda") -> dict:
     w = WORKLOADS[name]
-    args = w.inputs("gpu", device="cuda")
+    args = w.inputs(size, device=device)
     torch._dynamo.reset()
     want = w.fn(*args)
     result = {"name": name, "ms": {}, "cold_s": {}, "status": {}}
-    for variant, fn in variants(w.fn, tuned).items():
-        torch.cuda.synchronize()
+    for variant, fn in variants(w.fn, tuned, device != "cuda").items():
+        sync(device)
         t0 = time.perf_counter()
         got = fn(*args)
-        torch.cuda.synchronize()
+        sync(device)
         result["cold_s"][variant] = time.perf_counter() - t0
         result["status"][variant] = check(got, want, name, variant)
-        result["ms"][variant] = triton.testing.do_bench(lambda: fn(*args), warmup=50, rep=300, return_mode="median")
+        result["ms"][variant] = bench(lambda: fn(*args), device)
     moved = tensor_bytes(args) + tensor_bytes(want)
     result["frac"] = {k: moved / (v / 1e3) / (copy_gbs * 1e9) for k, v in result["ms"].items()}
     result["mb"] = moved / 1e6
     return result
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def bench(fn, device: str) -> float:
+    """Median ms: do_bench on CUDA (events, L2 flushed); wall clock for a CPU smoke run."""
+    if device == "cuda":
+        return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+    fn()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 
 
 def warm_start(names: list[str]) -> dict:
@@ -115,12 +136,15 @@ def main() -> None:
     parser.add_argument("--tuned", action="store_true", help="add loopnest with tune='db' (LOOPNEST_DB)")
     parser.add_argument("--copy-gbs", type=float, default=4281.0, help="measured copy bandwidth, GB/s")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU smoke test of this script: tiny sizes, Triton interpreter, no warm start")
     opts = parser.parse_args()
-    dev = torch.cuda.get_device_name()
+    size, device = ("tiny", "cpu") if opts.smoke else ("gpu", "cuda")
+    dev = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke run)"
     print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs} GB/s, "
           f"{time.strftime('%Y-%m-%d')}", flush=True)
-    results = [run(n, opts.tuned, opts.copy_gbs) for n in opts.workloads]
-    warm = warm_start(opts.workloads)
+    results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
+    warm = {} if opts.smoke else warm_start(opts.workloads)
     cols = list(results[0]["ms"])
     print("| workload | MB | " + " | ".join(f"{c} ms" for c in cols) + " | " + " | ".join(f"{c} frac" for c in cols)
           + " | " + " | ".join(f"{c} cold s" for c in cols[1:]) + " | loopnest warm s | checks |")
@@ -134,7 +158,7 @@ def main() -> None:
               f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
     for ref in ("inductor", "inductor_max"):
         for ours in ("loopnest", "loopnest_tuned"):
-            if ours in cols:
+            if ours in cols and ref in cols:
                 geo = statistics.geometric_mean([r["ms"][ref] / r["ms"][ours] for r in results])
                 print(f"geomean {ref}/{ours}: {geo:.3f}")
     if opts.json:
