@@ -63,7 +63,8 @@ def device_of(backend) -> str:
 
 
 def lookup_configs(schedule: Schedule, backend, settings: TuneSettings, env: dict[str, int]) -> Plan:
-    """Exact DB winners for the schedule's kernels; every other kernel is a miss (default)."""
+    """Exact DB winners for the schedule's kernels; every other kernel is a miss (default).
+    With ``settings.force`` every kernel is also listed as a miss, so a sweep re-tunes it."""
     url = resolve_url(settings.db_url)
     plan = Plan({}, {}, [])
     hardware = current_hardware(device_of(backend))
@@ -83,7 +84,7 @@ def lookup_configs(schedule: Schedule, backend, settings: TuneSettings, env: dic
         plan.decisions[kernel.name] = decision
         if config is not None:
             plan.configs[kernel.name] = config
-        else:
+        if config is None or settings.force:
             plan.misses.append(kernel.name)
     return plan
 

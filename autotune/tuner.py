@@ -25,7 +25,7 @@ from .keys import study_name, software_tag, tuning_key
 from .options import TuneSettings
 from .space import SearchSpace, config_key
 from .storage import open_study, optuna_storage
-from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler
+from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler, previous_results
 
 log = logging.getLogger("loopnest.autotune")
 
@@ -109,6 +109,8 @@ class GraphTuner:
         ok, failed = result.counts
         report = dict(kernel=display, kernel_hash=key.kernel_hash, sizes=key.sizes, dtypes=key.dtypes,
                       lookup=lookup.kind.value, ok=ok, failed=failed, study=name, stop_reason=result.stop_reason)
+        # Other workers sharing this study (same hardware model) may have measured better configs.
+        result.results = {**previous_results(study, space, self.tag), **result.results}
         best = result.best
         if best is None:
             return KernelReport(default_us=None, best_us=None, config=None, stored=None, **report)

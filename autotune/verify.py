@@ -52,7 +52,7 @@ def compare_one(got: torch.Tensor, want: torch.Tensor) -> Check:
     if got.shape != want.shape or got.dtype != want.dtype:
         return Check(False, float("inf"), f"got {got.dtype}{tuple(got.shape)}, "
                                           f"expected {want.dtype}{tuple(want.shape)}")
-    got, want = got.detach().cpu(), want.detach().cpu()
+    got, want = got.detach(), want.detach().to(got.device)  # compared where they live (GPU outputs stay)
     if not want.dtype.is_floating_point:
         bad = int((got != want).sum())
         return Check(bad == 0, 0.0 if bad == 0 else float("inf"),

@@ -17,6 +17,7 @@ from loopnest.autotune.storage import open_db
 from loopnest.autotune.tuner import GraphTuner
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.triton import settings as triton_settings
 from loopnest.counters import counters
 from loopnest.db.api import TrialState
 from loopnest.pipeline import compile_graph
@@ -164,3 +165,17 @@ def test_time_budget_stops_a_study(tmp_path):
     assert decision.source == "sweep"
     db = open_db(f"sqlite:///{tmp_path / 't.db'}")
     assert 1 <= len(db.trials()) < 50
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::DeprecationWarning")  # numpy in the interpreter
+def test_triton_kernels_tune_in_the_interpreter(tmp_path):
+    graph, args = absmax_graph(n=2000)
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with triton_settings.scope(interpret=True):
+        compiled = compile_graph(graph, "triton", tune="sweep", tuning=fast(url, trials=3, sampler="random"))
+        (decision,) = compiled.tuning.values()
+        assert decision.source == "sweep"
+        assert_close(compiled(*args)[0], args[0].abs().amax(), "absmax")
+    trials = open_db(url).trials()
+    assert len(trials) >= 3 and {t.backend for t in trials} == {"triton"}
+    assert all(t.state in (TrialState.OK, TrialState.INVALID) for t in trials)
