@@ -7,6 +7,7 @@ re-measure the best verified config against the default and upsert the winner wi
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +29,12 @@ from .storage import open_study, optuna_storage
 from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler, previous_results
 
 log = logging.getLogger("loopnest.autotune")
+NEAREST_WARM_STARTS = 3
+
+
+def log_distance(a, b) -> float:
+    """Distance between two size tuples in log space (the tuning DB's notion of "nearest")."""
+    return math.sqrt(sum((math.log(max(x, 1)) - math.log(max(y, 1))) ** 2 for x, y in zip(a, b)))
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ class GraphTuner:
         study = open_study(self.storage, name, make_sampler(self.settings.sampler, space,
                                                             self.settings.trials, self.settings.seed))
         self.recover(study, key)
-        enqueue_warm_starts(study, space, self.warm_starts(space, default, lookup))
+        enqueue_warm_starts(study, space, self.warm_starts(space, default, lookup, key))
         recorder = TrialRecorder(self.db, key, name)
         evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.hooks, self.settings.timeout_s,
                                     self.settings.workers, recorder)
@@ -121,15 +128,24 @@ class GraphTuner:
         return KernelReport(default_us=default_us, best_us=time_us, config=winner[0].to_json(),
                             stored=f"{self.db.url} [{name}]", **report)
 
-    def warm_starts(self, space: SearchSpace, default, lookup) -> list[tuple[Any, str]]:
-        """The default first, then the stored winner (stale, nearest shape, or exact when forced)."""
+    def warm_starts(self, space: SearchSpace, default, lookup, key: TuningKey) -> list[tuple[Any, str]]:
+        """The default first, then this key's stored winner (stale, or exact when re-tuning), then
+        the winners of the same kernel at the ``NEAREST_WARM_STARTS`` nearest other shapes."""
+        stored = [(lookup.winner, lookup.kind.value)] if lookup.kind in (LookupKind.EXACT, LookupKind.STALE) else []
+        stored += [(w, "nearest") for w in self.nearest_winners(key)]
         starts: list[tuple[Any, str]] = [(default, "default")]
-        if lookup.winner is not None:
+        for winner, reason in stored:
             try:
-                starts.append((space.validate(lookup.winner.config), lookup.kind.value))
+                starts.append((space.validate(winner.config), reason))
             except ValueError as exc:
-                log.warning("ignoring the stored %s config of %s: %s", lookup.kind.value, lookup.winner.name, exc)
+                log.warning("ignoring the stored config of %s at %s: %s", winner.name, winner.sizes, exc)
         return starts
+
+    def nearest_winners(self, key: TuningKey) -> list:
+        """Winners of the same kernel, backend, hardware, dtypes and rank at other sizes, nearest first."""
+        others = [w for w in self.db.winners(kernel_hash=key.kernel_hash, backend=key.backend, hardware=key.hardware)
+                  if w.dtypes == key.dtypes and len(w.sizes) == len(key.sizes) and w.sizes != key.sizes]
+        return sorted(others, key=lambda w: log_distance(w.sizes, key.sizes))[:NEAREST_WARM_STARTS]
 
     def recover(self, study: optuna.Study, key: TuningKey) -> None:
         """Fail what a dead sweep left running: its Optuna trials, then its ``ln_trials`` rows."""

@@ -1,6 +1,7 @@
 """The tuner end to end on SQLite and PostgreSQL: sweep, store, serve; failures never win."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import optuna
@@ -10,13 +11,17 @@ import torch
 from autotune_support import absmax_graph, db_url, fast, rows_graph  # noqa: F401 - db_url is a fixture
 from conftest import assert_close
 from loopnest.autotune.hardware import current_hardware, software_versions
+from loopnest.autotune.evaluate import KernelEvaluator, TrialRecorder
 from loopnest.autotune.harness import GraphHarness
+from loopnest.autotune.hooks import tuning_hooks
 from loopnest.autotune.keys import study_name, tuning_key
 from loopnest.autotune.measure import BenchOptions
 from loopnest.autotune.storage import open_db
+from loopnest.autotune.study import StudyLoop
 from loopnest.autotune.tuner import GraphTuner
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.cpp.space import search_space as cpp_space
 from loopnest.backends.triton import settings as triton_settings
 from loopnest.counters import counters
 from loopnest.db.api import TrialState
@@ -118,8 +123,15 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     near = compile_graph(other, tune="db", tuning=fast(db_url))
     (decision,) = near.tuning.values()
     assert (decision.source, decision.lookup) == ("default", "nearest") and "nearest shape" in decision.note
-
     db = open_db(db_url)
+    near_winner = CppConfig(threads=1, lanes=8, schedule="guided", grain=1)
+    db.store_winner(key, near_winner.to_json(), 4.0, 8.0, software_versions("cpp"))
+    compile_graph(other, tune="sweep", tuning=fast(db_url, trials=2))
+    _, other_key = key_of(near)
+    study = optuna.load_study(study_name=study_name("ln", other_key), storage=db_url)
+    warm = {t.user_attrs.get("warm_start"): t.user_attrs["config"] for t in study.trials if "config" in t.user_attrs}
+    assert warm["nearest"] == near_winner.to_json()
+
     old_software = {**software_versions("cpp"), "codegen_version": 0}
     marked = CppConfig(threads=1, lanes=4, schedule="dynamic", grain=8)
     db.store_winner(key, marked.to_json(), 5.0, 10.0, old_software)
@@ -131,7 +143,7 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     compile_graph(graph, tune="sweep", tuning=fast(db_url, trials=3))
     study = optuna.load_study(study_name=study_name("ln", key), storage=db_url)
     warm = {t.user_attrs.get("warm_start"): t.user_attrs["config"] for t in study.trials
-            if "warm_start" in t.user_attrs}
+            if "warm_start" in t.user_attrs and "config" in t.user_attrs}
     assert warm["stale"] == marked.to_json()
     (winner,) = [w for w in db.winners() if w.sizes == key.sizes]
     assert winner.software == software_versions("cpp") and not winner.stale
@@ -179,3 +191,35 @@ def test_triton_kernels_tune_in_the_interpreter(tmp_path):
     trials = open_db(url).trials()
     assert len(trials) >= 3 and {t.backend for t in trials} == {"triton"}
     assert all(t.state in (TrialState.OK, TrialState.INVALID) for t in trials)
+
+
+class CountingCpp(CppBackend):
+    """The C++ backend, remembering every config it was asked to build."""
+
+    def __init__(self):
+        self.built = []
+
+    def compile(self, kernels):
+        self.built.extend(c for _, c in kernels)
+        return super().compile(kernels)
+
+
+def test_points_rejected_by_static_constraints_are_recorded_invalid_and_never_built(tmp_path):
+    graph, args = rows_graph()
+    compiled = compile_graph(graph)
+    kernel, key = key_of(compiled)
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    db = open_db(url)
+    db.register_kernel(key.kernel_hash, "cpp", kernel.name, kernel.text())
+    space = dataclasses.replace(cpp_space(kernel, key.hardware),
+                                constraint=lambda c: "lanes above 8 rejected" if c.lanes > 8 else None)
+    backend = CountingCpp()
+    harness = GraphHarness(compiled, lambda: list(compiled(*args)), None, BenchOptions(budget_s=0.02))
+    evaluator = KernelEvaluator(kernel, backend, harness, tuning_hooks("cpp"), 60.0, 2,
+                                TrialRecorder(db, key, "constrained"))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    result = StudyLoop(study, space, evaluator, fast(url, trials=4), "tag").run()
+    invalid = db.trials(key, state=TrialState.INVALID)
+    assert invalid and all(t.config["lanes"] > 8 and t.message == "lanes above 8 rejected" for t in invalid)
+    assert backend.built and all(c.lanes <= 8 for c in backend.built)
+    assert result.counts[0] == 4 and all(c.lanes <= 8 for c, _ in result.results.values())
