@@ -10,13 +10,17 @@ import itertools
 from dataclasses import dataclass
 
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
-from ...ir.index import Index, Indirect, Sym, as_var
+from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
 from .accumulators import Accumulator
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
+
+
+# Elements (rows x reduced elements) below which a kernel runs on one thread.
+PARALLEL_MIN_WORK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class KernelWriter:
         self.lines: list[str] = []
         self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
         self.threads = f" num_threads({config.threads})" if config.threads else ""
+        self.threads += self._parallel_if()
         self.c = IndexPrinter(lambda a: a.name)  # sizes in C syntax (str(Index) writes // for floor)
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
@@ -202,6 +207,15 @@ class KernelWriter:
     def close_loops(self, count: int, indent: str) -> None:
         for n in range(count):
             self.out(indent[: len(indent) - 2 * (n + 1)], "}")
+
+    def _parallel_if(self) -> str:
+        """An ``if`` clause keeping small kernels on one thread: waking a team costs more than
+        the work, and far more when another process holds a core (the team waits at barriers)."""
+        work = product(self.k.pdomain) * product(self.k.rdomain)
+        n = work.as_int()
+        if n is not None:
+            return "" if n >= PARALLEL_MIN_WORK else " if(0)"
+        return f" if(({IndexPrinter(lambda a: a.name)(work)}) >= {PARALLEL_MIN_WORK})"
 
     def parallel_for(self, count: int, indent: str = "  ") -> None:
         collapse = f" collapse({count})" if count > 1 else ""
