@@ -232,16 +232,26 @@ class StudyLoop:
         heartbeat = Heartbeat(self.study, self.settings.heartbeat_s)
         try:
             while not (reason := self.stop_reason(start)):
-                batch, repeats = self._ask_batch(heartbeat, start)
-                self._evaluate(batch, heartbeat, bar)
-                for trial, key in repeats:
-                    config, outcome = self.result.results[key]
-                    _tell(self.study, trial, config.to_json(), outcome, self.tag)
+                self._round(heartbeat, bar, start)
         finally:
             heartbeat.close()
             bar.close()
         self.result.stop_reason = reason
         return self.result
+
+    def _round(self, heartbeat: Heartbeat, bar, start: float) -> None:
+        """Ask a batch, evaluate it; trials that repeat a candidate take its result."""
+        batch, repeats = self._ask_batch(heartbeat, start)
+        try:
+            self._evaluate(batch, heartbeat, bar)
+        except BaseException:
+            for trial, _ in repeats:
+                self.study.tell(trial, state=OptunaState.FAIL)
+            raise
+        for trial, key in repeats:
+            config, outcome = self.result.results[key]
+            _tell(self.study, trial, config.to_json(), outcome, self.tag)
+            heartbeat.discard(trial)
 
     def _ask_batch(self, heartbeat: Heartbeat, start: float):
         """New distinct candidates (at most ``workers``) and asked trials that repeat a candidate."""
@@ -250,6 +260,7 @@ class StudyLoop:
         repeats: list[tuple[optuna.Trial, str]] = []
         while len(batch) < want and not self.stop_reason(start):
             trial = _ask(self.study)
+            heartbeat.add(trial)  # from now on a dead sweep's trial is found stale
             self.result.asked += 1
             values = self.space.suggest(trial)
             self.seen.add(_params_key(trial))
@@ -257,12 +268,12 @@ class StudyLoop:
                 config = self.space.config(values)
             except InvalidConfig as exc:
                 self._tell_invalid(trial, values, str(exc))
+                heartbeat.discard(trial)
                 continue
             key = config_key(config)
             if key in self.result.results or any(key == k for _, _, k in batch):
                 repeats.append((trial, key))
                 continue
-            heartbeat.add(trial)
             batch.append((trial, config, key))
         return batch, repeats
 
