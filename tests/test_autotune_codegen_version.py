@@ -46,6 +46,12 @@ PINNED = {
         "triton": {"softmax": "d92c7cfc0fd739d4", "layernorm": "b8d86495ec34c1d6",
                    "pointwise": "830acab5460761a6"},
     },
+    5: {  # Triton: bfloat16 pointwise kernels use tanh.approx.f32 (the float32 references are unchanged)
+        "cpp": {"softmax": "435af541b2fb55a7", "layernorm": "be232e5c0d8bc8e2",
+                "pointwise": "9c0f1bc38f0279b7"},
+        "triton": {"softmax": "d92c7cfc0fd739d4", "layernorm": "b8d86495ec34c1d6",
+                   "pointwise": "830acab5460761a6"},
+    },
 }
 
 

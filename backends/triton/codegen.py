@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...ir import dtypes as dt
 from ...ir.index import Index, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, Strategy
 from ..cpp.codegen import signature
@@ -39,6 +40,11 @@ _HEADER = "import triton\nimport triton.language as tl\n"
 _LIBDEVICE = "from triton.language.extra import libdevice\n"
 _ROW, _TILE = "[XBLOCK, 1]", "[XBLOCK, RBLOCK]"
 _XR = frozenset({"x", "r"})
+
+
+def _bf16_pointwise(kernel: Kernel) -> bool:
+    """A pointwise kernel whose every result is bfloat16: approximate tanh cannot be seen there."""
+    return not kernel.reductions and all(kernel.buffers[b].dtype == dt.bfloat16 for b in kernel.outputs)
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,8 @@ class _Generator:
 
     def _context(self, axes: list[Axis], masked: set[str]) -> KernelContext:
         ctx = KernelContext(self.k, {a.name: a for a in axes}, frozenset(masked),
-                            portable=self.settings.portable_math, debug=self.settings.debug)
+                            portable=self.settings.portable_math, debug=self.settings.debug,
+                            fast_tanh=not self.settings.portable_math and _bf16_pointwise(self.k))
         for a in axes:
             ctx.subs.update(flatten_vars(a))
         return ctx

@@ -19,7 +19,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
 from .indexing import Axis, fold_divmod
-from .ops import render_cast, render_const, render_op, storage_value, tl_type
+from .ops import render_cast, render_const, render_fast_tanh, render_op, storage_value, tl_type
 from .reductions import reduce_rows
 
 
@@ -38,6 +38,7 @@ class KernelContext:
     masked: frozenset[str]           # axes whose loads/stores need a mask
     portable: bool
     debug: bool
+    fast_tanh: bool = False          # hardware tanh.approx: its 2^-11 error is below bf16's
     subs: dict[Var, Index] = field(default_factory=dict)        # kernel var -> flat-index expr
     axis_of: dict[str, str] = field(default_factory=dict)       # kernel var name -> axis name
     acc_values: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -214,6 +215,8 @@ class TritonEmitter(ExprEmitter):
 
     def apply(self, e: Apply, args: list[str]) -> str:
         operand = e.args[1].dtype if e.op is Op.WHERE else e.args[0].dtype
+        if e.op is Op.TANH and self.ctx.fast_tanh and tl_type(operand) == "tl.float32":
+            return render_fast_tanh(args[0])
         return render_op(e.op, args, operand, self.ctx.portable)
 
     # -- stores ---------------------------------------------------------------------------------

@@ -130,6 +130,12 @@ def render_op(op: Op, args: list[str], operand: DType, portable: bool) -> str:
     return PORTABLE[op](args, operand)
 
 
+def render_fast_tanh(arg: str) -> str:
+    """The GPU's ``tanh.approx.f32`` (relative error about 2^-11): only for bfloat16 results."""
+    return (f'tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [{arg}], '
+            f'dtype=tl.float32, is_pure=True, pack=1)')
+
+
 def render_const(value, dtype: DType) -> str:
     """A Triton constant of ``dtype``'s compute type (a literal where Triton types it right)."""
     cdt = dt.compute_dtype(dtype)
