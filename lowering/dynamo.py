@@ -14,7 +14,24 @@ from torch._functorch import config as functorch_config
 
 from .decompositions import decomposition_table
 from .options import CompileOptions
+from ..runtime.cudagraphs import CudaGraphRunner
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
+
+
+class CudaGraphBoxed:
+    """An inference graph replayed through one CUDA graph (``options={"cudagraphs": True}``);
+    graphs with inputs that are not CUDA tensors (CPU scalars, seeds) run normally."""
+
+    def __init__(self, lowered: LoweredGraph):
+        self.lowered = lowered
+        self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)))
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        args = list(args)
+        if all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            return self.runner(*args)
+        return self.lowered.run(args)
 
 
 class AtenCompiler:
@@ -41,7 +58,10 @@ class AtenCompiler:
         return BoxedGraph(self.compile(gm, "bwd"))
 
     def inference(self, gm, example_inputs):
-        return BoxedGraph(self.compile(gm, "inf"))
+        lowered = self.compile(gm, "inf")
+        if self.options.cudagraphs and self.backend == "triton":
+            return CudaGraphBoxed(lowered)
+        return BoxedGraph(lowered)
 
     def aot(self, gm: torch.fx.GraphModule, example_inputs: Sequence):
         """Run AOTAutograd on a torch-level graph, compiling every graph it produces here.

@@ -18,11 +18,14 @@ class CompileOptions:
     "sweep" (tune missing kernels). The tuner is not wired in yet: every mode currently compiles
     with each backend's default config; the argument is validated so callers can pass it now.
     ``recorder``: called with each compiled graph (``runner.LoweredGraph``), for ``explain``.
+    ``cudagraphs``: replay inference graphs on CUDA as one captured CUDA graph (static shapes;
+    outputs are overwritten by the next call, as in Inductor's reduce-overhead mode).
     """
 
     backend: str | None = None
     tune: str = "db"
     recorder: Callable | None = None
+    cudagraphs: bool = False
 
     def __post_init__(self):
         if self.backend is not None and self.backend not in BACKENDS:
@@ -31,14 +34,17 @@ class CompileOptions:
             raise ValueError(f"loopnest: tune must be one of {TUNE_MODES}, got {self.tune!r}")
         if self.recorder is not None and not callable(self.recorder):
             raise TypeError("loopnest: recorder must be callable")
+        if not isinstance(self.cudagraphs, bool):
+            raise TypeError(f"loopnest: cudagraphs must be True or False, got {self.cudagraphs!r}")
 
     @staticmethod
     def from_dict(options: dict | None) -> "CompileOptions":
         """Validate a ``torch.compile(..., options=...)`` dict."""
         options = dict(options or {})
-        unknown = set(options) - {"backend", "tune", "recorder"}
+        known = ("backend", "tune", "recorder", "cudagraphs")
+        unknown = set(options) - set(known)
         if unknown:
-            raise ValueError(f"loopnest: unknown options {sorted(unknown)}; known: backend, tune, recorder")
+            raise ValueError(f"loopnest: unknown options {sorted(unknown)}; known: {', '.join(known)}")
         return CompileOptions(**options)
 
     def backend_for(self, example_inputs: Iterable) -> str:

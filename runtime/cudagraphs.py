@@ -41,7 +41,8 @@ class CudaGraphRunner:
             if static.data_ptr() != arg.data_ptr():
                 static.copy_(arg)
         self.graph.replay()
-        return self.static_outputs
+        out = self.static_outputs
+        return type(out)(out) if isinstance(out, (list, tuple)) else out
 
     def _capture(self, args: Sequence[torch.Tensor]) -> None:
         self.static_inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
