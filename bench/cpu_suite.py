@@ -26,7 +26,7 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 
 import torch  # noqa: E402
 
-import loopnest  # noqa: E402,F401  (registers nothing; torch finds the backend by entry point)
+
 from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
 
 torch._inductor.config.fx_graph_cache = False

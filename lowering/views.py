@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..dsl import functions as F
-from ..dsl.tensor import PlaceholderSrc, PointwiseSrc, ReductionSrc, Tensor
+from ..dsl.tensor import PlaceholderSrc, PointwiseSrc, ReductionSrc
 from ..ir.index import Index, floordiv, mod, product
 from . import tensors as T
 from .registry import LoweringContext, Unsupported, register_lowering
