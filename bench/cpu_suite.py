@@ -26,7 +26,6 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 
 import torch  # noqa: E402
 
-
 from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
 
 torch._inductor.config.fx_graph_cache = False
