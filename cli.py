@@ -22,7 +22,7 @@ from .autotune.options import SAMPLERS, TuneSettings
 from .autotune.report import write_report
 from .autotune.storage import open_db, resolve_url
 from .autotune.sweep import default_backend, sweep, target
-from .autotune.workloads import SIZE_CLASSES, WORKLOADS
+from .autotune.workloads import SIZE_CLASSES, WORKLOADS, resolve
 from .db.api import ImportRowError, WinnerRecord
 
 WINNER_COLUMNS = ("name", "kernel", "backend", "sizes", "dtypes", "time_us", "default_time_us", "speedup",
@@ -71,15 +71,20 @@ def cmd_sweep(args) -> int:
                             sampler=args.sampler, db_url=resolve_url(args.db), study_prefix=args.study,
                             seed=args.seed, force=True, progress=not args.no_progress,
                             **({"workers": args.workers} if args.workers else {}))
-    rows = []
+    for spec in args.workloads:
+        resolve(spec)  # an unknown name is a usage error before anything runs
+    rows, failed = [], []
     for spec in args.workloads:
         print(f"sweeping {spec} on {backend} ...", file=sys.stderr)
-        for r in sweep(target(spec, backend, args.size), backend, settings):
-            rows.append({"workload": spec, **r.to_json()})
-    for row in rows:
-        row["trials"] = f"{row['ok']}/{row['failed']}"
+        try:
+            reports = sweep(target(spec, backend, args.size), backend, settings)
+        except Exception as exc:  # noqa: BLE001 - one workload's failure must not lose the others
+            print(f"autotune: sweeping {spec} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            failed.append(spec)
+            continue
+        rows += [{"workload": spec, **r.to_json(), "trials": f"{r.ok}/{r.failed}"} for r in reports]
     emit(args, rows, ("workload", "kernel", "sizes", "default_us", "best_us", "speedup", "trials", "stored"))
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_db_list(args) -> int:
