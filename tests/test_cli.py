@@ -21,10 +21,9 @@ def run(capsys, *argv) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """A tuning DB holding one sweep of the tiny softmax and var_mean workloads, and its JSON rows."""
+    """(URL, path) of a tuning DB holding one sweep of the tiny softmax and var_mean workloads."""
     path = tmp_path_factory.mktemp("cli") / "tuning.db"
     url = f"sqlite:///{path}"
-    out = tmp_path_factory.mktemp("cli-out") / "sweep.json"
     code = main(["sweep", "softmax", "var_mean", "--size", "tiny", "--trials", "3", "--backend", "cpp",
                  "--db", url, "--no-progress", "--format", "json", "--seed", "1"])
     assert code == 0
