@@ -14,6 +14,7 @@ from torch._functorch import config as functorch_config
 
 from .decompositions import decomposition_table
 from .options import CompileOptions
+from ..autotune.options import TuneSettings
 from ..runtime.cudagraphs import CudaGraphRunner
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
 
@@ -44,8 +45,8 @@ class AtenCompiler:
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
-        # options.tune is validated but not used yet: every kernel gets its backend's default config.
-        lowered = lower_and_compile(gm, self.backend, kind)
+        tuning = TuneSettings(**self.options.tuning) if self.options.tuning else None
+        lowered = lower_and_compile(gm, self.backend, kind, self.options.tune, tuning)
         self.graphs.append(lowered)
         if self.options.recorder is not None:
             self.options.recorder(lowered)

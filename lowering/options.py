@@ -15,8 +15,8 @@ class CompileOptions:
     """``backend``: "cpp", "triton" or None (follow the inputs' device: CUDA -> triton, else cpp).
 
     ``tune``: "off" (heuristic defaults), "db" (tuning-database winners, defaults on a miss) or
-    "sweep" (tune missing kernels). The tuner is not wired in yet: every mode currently compiles
-    with each backend's default config; the argument is validated so callers can pass it now.
+    "sweep" (tune missing kernels and store their winners). ``tuning``: a dict of
+    ``autotune.TuneSettings`` fields (trials, time_budget_s, sampler, db_url, ...).
     ``recorder``: called with each compiled graph (``runner.LoweredGraph``), for ``explain``.
     ``cudagraphs``: replay inference graphs on CUDA as one captured CUDA graph (static shapes;
     outputs are overwritten by the next call, as in Inductor's reduce-overhead mode).
@@ -26,6 +26,7 @@ class CompileOptions:
     tune: str = "db"
     recorder: Callable | None = None
     cudagraphs: bool = False
+    tuning: dict | None = None
 
     def __post_init__(self):
         if self.backend is not None and self.backend not in BACKENDS:
@@ -34,6 +35,8 @@ class CompileOptions:
             raise ValueError(f"loopnest: tune must be one of {TUNE_MODES}, got {self.tune!r}")
         if self.recorder is not None and not callable(self.recorder):
             raise TypeError("loopnest: recorder must be callable")
+        if self.tuning is not None and not isinstance(self.tuning, dict):
+            raise TypeError(f"loopnest: tuning must be a dict of TuneSettings fields, got {self.tuning!r}")
         if not isinstance(self.cudagraphs, bool):
             raise TypeError(f"loopnest: cudagraphs must be True or False, got {self.cudagraphs!r}")
 
@@ -41,7 +44,7 @@ class CompileOptions:
     def from_dict(options: dict | None) -> "CompileOptions":
         """Validate a ``torch.compile(..., options=...)`` dict."""
         options = dict(options or {})
-        known = ("backend", "tune", "recorder", "cudagraphs")
+        known = ("backend", "tune", "recorder", "cudagraphs", "tuning")
         unknown = set(options) - set(known)
         if unknown:
             raise ValueError(f"loopnest: unknown options {sorted(unknown)}; known: {', '.join(known)}")

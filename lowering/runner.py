@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..ir.index import evaluate
+from ..autotune.options import TuneSettings
 from ..pipeline import compile_graph
 from ..runtime.compiled import CompiledGraph, InputError
 from .extern import SYMBOL_ENV
@@ -122,12 +124,15 @@ def _int(e, env) -> int:
     return c if c is not None else evaluate(e, env)
 
 
-def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str) -> LoweredGraph:
-    """Lower ``gm`` (nodes carrying traced values) and compile it for ``backend``."""
+def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str, tune: str = "off",
+                      tuning: TuneSettings | None = None) -> LoweredGraph:
+    """Lower ``gm`` (nodes carrying traced values) and compile it for ``backend``, with kernel
+    configs chosen by ``tune`` ("off", "db" or "sweep"; see ``pipeline.compile_graph``)."""
     t0 = time.perf_counter()
     program = FxLowering(gm).run()
     t1 = time.perf_counter()
-    compiled = compile_graph(program.graph, backend, name)
+    with unset_fake_temporarily():  # a sweep runs real kernels on real tensors, even mid-trace
+        compiled = compile_graph(program.graph, backend, name, tune=tune, tuning=tuning)
     t2 = time.perf_counter()
     stats = GraphStats(name, backend, len(gm.graph.nodes), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                        _source_path(compiled), program)

@@ -1,4 +1,4 @@
-"""Shared pytest setup: an isolated code cache and NaN-poisoned buffers for the whole session."""
+"""Shared pytest setup: an isolated code cache and tuning DB, NaN-poisoned buffers, tolerances."""
 import os
 
 import pytest
@@ -10,9 +10,11 @@ os.environ.setdefault("LOOPNEST_POISON", "1")
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
-    """Point loopnest's on-disk caches at a temp dir unless the caller set one."""
+    """Point loopnest's on-disk caches and tuning DB at temp dirs unless the caller set them."""
     if "LOOPNEST_CACHE_DIR" not in os.environ:
         os.environ["LOOPNEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("ln-cache"))
+    if "LOOPNEST_DB" not in os.environ:  # torch.compile defaults to tune="db": never the user's DB
+        os.environ["LOOPNEST_DB"] = f"sqlite:///{tmp_path_factory.mktemp('ln-db')}/tuning.db"
     yield
 
 

@@ -17,11 +17,12 @@ from autotune_support import db_url, fast  # noqa: F401 - db_url is a fixture
 from loopnest.autotune.sweep import sweep, target
 from loopnest.db.api import TrialState, TuningDB
 
+# Each trial measures for 2 s, so the kill below lands while one is running even on a busy machine.
 SWEEP = textwrap.dedent("""
     import sys
     from loopnest.autotune.options import TuneSettings
     from loopnest.autotune.sweep import sweep, target
-    settings = TuneSettings(trials=3, db_url=sys.argv[1], measure_s=0.4, heartbeat_s=1, grace_s=2, seed=0,
+    settings = TuneSettings(trials=3, db_url=sys.argv[1], measure_s=2.0, heartbeat_s=1, grace_s=2, seed=0,
                             workers=1, sampler="tpe")
     for r in sweep(target("var_mean", "cpp", "tiny"), "cpp", settings):
         print(r.kernel, r.ok, r.failed, r.stop_reason, flush=True)

@@ -375,3 +375,21 @@ def test_saved_views_of_inputs_are_returned_as_views_not_copies():
     assert fwd.compiled.schedule.kernels == []
     assert "arg_view" in {leaf.kind for leaf in fwd.program.outputs}
     torch.testing.assert_close(lin.weight.grad, x.detach().sum(0, keepdim=True).expand(3, 4))
+
+
+def test_tune_db_serves_winners_swept_through_torch_compile():
+    """options={"tune": "sweep"} stores winners; a later tune="db" compile serves them, no benchmarks."""
+    def fn(x):
+        return torch.softmax(x * 2, -1)
+
+    x = torch.randn(32, 64)
+    torch._dynamo.reset()
+    swept = torch.compile(fn, backend="loopnest",
+                          options={"backend": "cpp", "tune": "sweep", "tuning": {"trials": 3, "measure_s": 0.02}})
+    torch.testing.assert_close(swept(x), fn(x))
+    ln.counters.reset()
+    torch._dynamo.reset()
+    served = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "db"})
+    torch.testing.assert_close(served(x), fn(x))
+    assert ln.counters["benchmarks_run"] == 0
+    assert ln.counters["graphs_compiled"] == 1
