@@ -41,6 +41,8 @@ class GraphInfo:
     compile_ms: float
     kernels: list[KernelInfo] = field(default_factory=list)
     fallbacks: list[FallbackInfo] = field(default_factory=list)
+    intermediate_bytes: int | str = 0          # memory for intermediates, with buffer reuse
+    intermediate_bytes_no_reuse: int | str = 0  # the same, one allocation per intermediate
 
     @staticmethod
     def from_lowered(g: LoweredGraph) -> "GraphInfo":
@@ -48,7 +50,9 @@ class GraphInfo:
         kernels = [KernelInfo(k.name, k.kind, tuple(k.nodes), _number(k.bytes_moved()), _number(k.flops()),
                               s.source_path) for k in g.compiled.schedule.kernels]
         fallbacks = [FallbackInfo(f.op, f.reason) for f in g.program.fallbacks]
-        return GraphInfo(s.name, s.backend, s.num_fx_nodes, s.lowering_ms, s.compile_ms, kernels, fallbacks)
+        memory = g.compiled.schedule.memory
+        return GraphInfo(s.name, s.backend, s.num_fx_nodes, s.lowering_ms, s.compile_ms, kernels, fallbacks,
+                         _number(memory.bytes_with_reuse), _number(memory.bytes_without_reuse))
 
 
 def _number(e: Index) -> int | str:
@@ -82,6 +86,8 @@ class Explanation:
                 lines.append(f"    nodes: {', '.join(k.nodes)}")
             for f in g.fallbacks:
                 lines.append(f"  fallback {f.op}: {f.reason}")
+            lines.append(f"  intermediates: {g.intermediate_bytes} bytes with buffer reuse, "
+                         f"{g.intermediate_bytes_no_reuse} without")
             if g.kernels and g.kernels[0].source_path:
                 lines.append(f"  source: {g.kernels[0].source_path}")
         return "\n".join(lines)

@@ -24,3 +24,17 @@ def test_transformer_encoder_layer_kernel_count_vs_inductor():
     finally:
         torch.backends.mha.set_fastpath_enabled(True)
         torch._dynamo.reset()
+
+
+def test_explain_reports_intermediate_memory_with_and_without_reuse():
+    torch.backends.mha.set_fastpath_enabled(False)
+    torch._dynamo.reset()
+    try:
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+        with torch.no_grad():
+            graph = loopnest.explain(layer, torch.randn(2, 16, 64)).graphs[0]
+        assert 0 < graph.intermediate_bytes <= graph.intermediate_bytes_no_reuse
+        assert "bytes with buffer reuse" in str(loopnest.explain(torch.sin, torch.randn(4)))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+        torch._dynamo.reset()
