@@ -219,6 +219,15 @@ def reshape(x: Tensor, *shape) -> Tensor:
     if product(sizes) != numel:
         raise ValueError(f"reshape: shape {shape_str(sizes)} has {product(sizes)} elements, "
                          f"{shape_str(x.shape)} has {numel}")
+    return reshape_view(x, sizes)
+
+
+def reshape_view(x: Tensor, sizes: Sequence[Index]) -> Tensor:
+    """``x`` read in row-major order as ``sizes`` (the element count is the caller's to check).
+
+    The remap goes through the flat position, then ``% n`` and ``// n`` per source dim from the
+    innermost, a form the index simplifier folds back into strides for views of views."""
+    sizes = tuple(Index.of(s) for s in sizes)
     if sizes == x.shape:
         return x
     src_shape = x.shape

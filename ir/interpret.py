@@ -339,16 +339,11 @@ def _strided(t: torch.Tensor, layout, env: dict[str, int]) -> torch.Tensor:
 
 
 def _run_extern(node: Extern, values: dict[str, torch.Tensor], graph: Graph, env: dict[str, int]) -> None:
-    def resolve(a):
-        if isinstance(a, BufferRef):
-            return values[a.name] if a.layout is None else _strided(values[a.name], a.layout, env)
-        if isinstance(a, (list, tuple)):
-            return type(a)(resolve(x) for x in a)
-        return a
+    def tensor_of(ref: BufferRef) -> torch.Tensor:
+        t = values[ref.name]
+        return t if ref.layout is None else _strided(t, ref.layout, env)
 
-    result = node.fn(*resolve(list(node.args)), **{k: resolve(v) for k, v in node.kwargs.items()})
-    results = result if isinstance(result, (tuple, list)) else (result,)
-    for name, value in zip(node.outs, results):
+    for name, value in zip(node.outs, node.call(tensor_of)):
         out = _allocate(graph.buffers[name], env)
         out.copy_(value)
         values[name] = out

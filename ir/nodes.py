@@ -192,6 +192,18 @@ class Extern:
     def outputs(self) -> tuple[str, ...]:
         return self.outs
 
+    def call(self, tensor_of: Callable[["BufferRef"], Any]) -> tuple:
+        """Run ``fn`` with every BufferRef replaced by ``tensor_of(ref)``; its results as a tuple."""
+        def resolve(a):
+            if isinstance(a, BufferRef):
+                return tensor_of(a)
+            if isinstance(a, (list, tuple)):
+                return type(a)(resolve(x) for x in a)
+            return a
+
+        result = self.fn(*resolve(list(self.args)), **{k: resolve(v) for k, v in self.kwargs.items()})
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
 
 @dataclass(frozen=True)
 class BufferRef:

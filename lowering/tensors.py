@@ -13,7 +13,7 @@ from ..dsl import functions as F
 from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index, floordiv, mod
+from ..ir.index import Index
 from ..ir.nodes import domain_vars
 from ..ir.ops import Op
 
@@ -65,23 +65,8 @@ def view(x: Tensor, shape: Sequence[Index], remap, what: str) -> Tensor:
 
 
 def reshape(x: Tensor, shape: Sequence[Index]) -> Tensor:
-    """``x`` in row-major order with ``shape`` (same element count; not re-checked). The remap has
-    the DSL's form (flat position, then ``% n`` and ``// n`` per source dim from the innermost), which
-    the index simplifier folds back into strides for views of views."""
-    shape = tuple(Index.of(s) for s in shape)
-    src = x.shape
-
-    def remap(idx):
-        flat = Index.of(0)
-        for i, n in zip(idx, shape):
-            flat = flat * n + i
-        rev = []
-        for n in reversed(src):
-            rev.append(Index.of(0) if n == 1 else mod(flat, n))
-            flat = floordiv(flat, n)
-        return tuple(reversed(rev))
-
-    return view(x, shape, remap, "reshape")
+    """``x`` in row-major order with ``shape`` (same element count; not re-checked)."""
+    return F.reshape_view(x, shape)
 
 
 def relabel(x: Tensor, shape: Sequence[Index]) -> Tensor:

@@ -156,17 +156,11 @@ def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
 
 def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],
                 env: dict[str, int]) -> None:
-    def resolve(a):
-        if isinstance(a, BufferRef):
-            t = buffers[a.name]
-            return t if a.layout is None else _view(t, a.layout, env)
-        if isinstance(a, (list, tuple)):
-            return type(a)(resolve(x) for x in a)
-        return a
+    def tensor_of(ref: BufferRef) -> torch.Tensor:
+        t = buffers[ref.name]
+        return t if ref.layout is None else _view(t, ref.layout, env)
 
-    result = node.fn(*resolve(list(node.args)), **{k: resolve(v) for k, v in node.kwargs.items()})
-    results = result if isinstance(result, (tuple, list)) else (result,)
-    for name, value in zip(node.outs, results):
+    for name, value in zip(node.outs, node.call(tensor_of)):
         buffers[name] = _conform(value, decls[name], env)
 
 
