@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index, IntLike, Sym
+from ..ir.index import Index, Sym
 from ..ir.ops import Op, ReduceOp
 
 Shape = tuple[Index, ...]
@@ -218,11 +218,3 @@ def normalize_axis(axis: int, ndim: int, what: str) -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise IndexError(f"{what}: axis {axis} is out of range for a tensor of rank {ndim}")
     return axis % max(ndim, 1)
-
-
-def is_scalar(value) -> bool:
-    return isinstance(value, (bool, int, float)) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
-                                                      and not isinstance(value, Tensor))
-
-
-IntLikeSeq = Sequence[IntLike]

@@ -233,7 +233,7 @@ def _try_join(n: Node, groups: list[Group], owner: dict[str, Group]) -> Group | 
                         key=lambda g: (g.index not in deps, -g.index))
     for g in candidates:
         trial = _candidate(g, n)
-        if trial is not None and _legal(trial, g.produces()):
+        if trial is not None and _legal(trial):
             g.shape, g.members = trial
             return g
     return None
@@ -252,7 +252,7 @@ def _candidate(g: Group, n: Node):
     return None
 
 
-def _legal(trial, produced: set[str]) -> bool:
+def _legal(trial) -> bool:
     """Every read of a value the group computes must be at the point the group computes it."""
     _, members = trial
     index_of: dict[str, tuple] = {}

@@ -9,12 +9,12 @@ element stores.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ..ir.dtypes import DType
 from ..ir.expr import Apply, Expr, Load, walk
+from ..ir.hashing import structural_digest
 from ..ir.index import Index, product
 from ..ir.nodes import Buffer, domain_vars
 from ..ir.ops import ReduceOp
@@ -120,7 +120,7 @@ class Kernel:
     @property
     def structural_hash(self) -> str:
         """Identity of the computation, independent of names and sizes."""
-        return hashlib.sha256(self.text(canonical=True).encode()).hexdigest()[:20]
+        return structural_digest(self.text(canonical=True))
 
     def bytes_moved(self) -> Index:
         """Each input read once plus each output written once, in bytes."""
