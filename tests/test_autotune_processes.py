@@ -17,14 +17,15 @@ from autotune_support import db_url, fast  # noqa: F401 - db_url is a fixture
 from loopnest.autotune.sweep import sweep, target
 from loopnest.db.api import TrialState, TuningDB
 
-# Each trial measures for 2 s, so the kill below lands while one is running even on a busy machine.
+# At CPU sizes each var_mean run takes milliseconds, so a trial measures for its full 2 s budget
+# (tiny sizes hit the run cap within milliseconds) and the kill below lands while one is running.
 SWEEP = textwrap.dedent("""
     import sys
     from loopnest.autotune.options import TuneSettings
     from loopnest.autotune.sweep import sweep, target
     settings = TuneSettings(trials=3, db_url=sys.argv[1], measure_s=2.0, heartbeat_s=1, grace_s=2, seed=0,
                             workers=1, sampler="tpe")
-    for r in sweep(target("var_mean", "cpp", "tiny"), "cpp", settings):
+    for r in sweep(target("var_mean", "cpp", "cpu"), "cpp", settings):
         print(r.kernel, r.ok, r.failed, r.stop_reason, flush=True)
 """)
 
