@@ -53,7 +53,7 @@ class Accumulator:
         if self.op.is_arg:
             return [(t, "_val", self._extreme_start()), ("int64_t", "_idx", "-1")]
         if self.op in (ReduceOp.MAX, ReduceOp.MIN):
-            nan = [("bool", "_nan", "false")] if self.is_float else []
+            nan = [("int", "_nan", "0")] if self.is_float else []  # int |: vectorizes, bool || does not
             return [(t, "", self._extreme_start())] + nan
         return [(t, "", _IDENTITY[self.op])]
 
@@ -82,7 +82,7 @@ class Accumulator:
             return [f"reduction({simple[self.op]}:{v})"]
         if self.op in (ReduceOp.MAX, ReduceOp.MIN):
             kind = "max" if self.op is ReduceOp.MAX else "min"
-            return [f"reduction({kind}:{v})"] + ([f"reduction(||:{v}_nan)"] if self.is_float else [])
+            return [f"reduction({kind}:{v})"] + ([f"reduction(|:{v}_nan)"] if self.is_float else [])
         return None
 
     def update(self, value: str, position: str) -> list[str]:
@@ -98,7 +98,7 @@ class Accumulator:
             cmp = ">" if op is ReduceOp.MAX else "<"
             lines = [f"{a} = ({value}) {cmp} {a} ? ({value}) : {a};"]
             if self.is_float:
-                lines.append(f"{self.ref('_nan')} = {self.ref('_nan')} || (({value}) != ({value}));")
+                lines.append(f"{self.ref('_nan')} |= (({value}) != ({value}));")
             return lines
         if op.is_arg:
             val, idx = self.ref("_val"), self.ref("_idx")
@@ -127,7 +127,7 @@ class Accumulator:
             cmp = ">" if op is ReduceOp.MAX else "<"
             lines = [f"{a} = {o()} {cmp} {a} ? {o()} : {a};"]
             if self.is_float:
-                lines.append(f"{self.ref('_nan')} = {self.ref('_nan')} || {o('_nan')};")
+                lines.append(f"{self.ref('_nan')} |= {o('_nan')};")
             return lines
         if op.is_arg:
             return self._combine_arg(o("_val"), o("_idx"))
