@@ -1,6 +1,8 @@
 """A compiled graph as a callable: checks inputs, allocates buffers, runs kernels and externs."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,7 +30,12 @@ class _Binding:
 
 
 class CompiledGraph:
-    """Runs a schedule with the launchers a backend built for its kernels."""
+    """Runs a schedule with the launchers a backend built for its kernels.
+
+    Everything a call does that depends only on the input shapes (symbol values, buffer sizes,
+    grids, scalar kernel arguments) is worked out once per shape into a ``CallPlan``; a call with
+    known shapes only checks dtypes and devices, allocates and launches.
+    """
 
     def __init__(self, schedule: Schedule, launchers: dict, device: str = "cpu", name: str = "graph"):
         self.schedule = schedule
@@ -38,12 +45,25 @@ class CompiledGraph:
         self.name = name
         self.inputs: list[Buffer] = [self.graph.buffers[n] for n in self.graph.inputs]
         self.bindings = _bindings(self.inputs)
+        self._plans: dict[tuple, CallPlan] = {}
         self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
         self.extern_outputs = {o for s in schedule.externs for o in s.outs}
         self.memory = schedule.memory
         self.allocations = [self.graph.buffers[n] for n in self._allocated()]
         self.planned = [(self.graph.buffers[b], slot) for b, slot in self.memory.slot_of.items()]
         self.poison = settings.poison_outputs()
+        self._dtypes = tuple(b.dtype.torch for b in self.inputs)
+        self._device_flag = "is_cuda" if device == "cuda" else "is_cpu"
+
+    @property
+    def steps(self) -> list:
+        """(step, launcher or None for externs) in execution order."""
+        return self._steps
+
+    @steps.setter
+    def steps(self, steps: list) -> None:
+        self._steps = steps
+        self._plans.clear()  # plans hold launches bound from the old launchers
 
     def _allocated(self) -> list[str]:
         """Buffers allocated one by one: outputs and intermediates outside the memory plan."""
@@ -54,20 +74,26 @@ class CompiledGraph:
                 and n not in inputs]
 
     def __call__(self, *args: torch.Tensor):
-        env = self.check_inputs(args)
-        buffers = {b.name: t for b, t in zip(self.inputs, args)}
-        for b in self.allocations:
-            buffers[b.name] = _allocate(b, env, self.device, self.poison)
-        if self.planned:
-            slots = [torch.empty(_eval(n, env), dtype=torch.uint8, device=self.device) for n in self.memory.slots]
-            for b, slot in self.planned:
-                buffers[b.name] = _slot_view(slots[slot], b, env, self.poison)
-        for step, launch in self.steps:
-            if launch is not None:
-                launch(buffers, env)
-            else:
-                _run_extern(step, buffers, self.graph.buffers, env)
-        return tuple(_view(buffers[o.buffer], o.layout, env) for o in self.graph.outputs)
+        try:
+            key = tuple([a.shape for a in args])
+            plan = self._plans.get(key)
+        except AttributeError:  # not a tensor: check_inputs says which
+            plan = None
+        if plan is None or not self._accepts(args):
+            plan = self.plan(self.check_inputs(args))
+            self._plans[tuple(a.shape for a in args)] = plan
+        return plan.run(args, self.poison)
+
+    def _accepts(self, args: Sequence[torch.Tensor]) -> bool:
+        flag = self._device_flag
+        for a, dtype in zip(args, self._dtypes):
+            if a.dtype is not dtype or not getattr(a, flag):
+                return False
+        return True
+
+    def plan(self, env: dict[str, int]) -> "CallPlan":
+        """The call plan for symbol values ``env`` (see ``CallPlan``)."""
+        return CallPlan(self, env)
 
     def check_inputs(self, args: Sequence) -> dict[str, int]:
         """Validate argument count, types, dtypes and shapes; return symbol values."""
@@ -98,6 +124,102 @@ class CompiledGraph:
         return env
 
 
+class CallPlan:
+    """One compiled graph's call for fixed symbol values: sizes, strides, memory slots, output
+    views and launches (bound to the symbol values when the launcher can ``bind``) worked out once.
+
+    Launchers that can compile ahead (``bound.warmup``) are all warmed up here, in parallel threads
+    when there are several, so a graph's kernels compile side by side instead of one per launch."""
+
+    def __init__(self, graph: CompiledGraph, env: dict[str, int]):
+        self.env = env
+        device = graph.device
+        self.allocations = [(b.name, [_eval(s, env) for s in b.layout.sizes],
+                             [_eval(s, env) for s in b.layout.strides], b.dtype.torch, _fill(b))
+                            for b in graph.allocations]
+        self.slots = [_eval(n, env) for n in graph.memory.slots] if graph.planned else []
+        self.views = []
+        for b, slot in graph.planned:
+            sizes = [_eval(s, env) for s in b.layout.sizes]
+            numel = 1
+            for n in sizes:
+                numel *= n
+            self.views.append((b.name, slot, numel * b.dtype.itemsize, b.dtype.torch, sizes, _fill(b)))
+        self.steps = [(_bind(launch, env), None) if launch is not None else (None, step)
+                      for step, launch in graph.steps]
+        self.decls = graph.graph.buffers
+        self.inputs = [b.name for b in graph.inputs]
+        self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]
+        self.device = device
+        _warm_up([run.warmup for run, _ in self.steps if hasattr(run, "warmup")])
+
+    def run(self, args: Sequence[torch.Tensor], poison: bool) -> tuple:
+        """Allocate, launch every step, return the outputs."""
+        device = self.device
+        buffers = dict(zip(self.inputs, args))
+        for name, sizes, strides, dtype, fill in self.allocations:
+            t = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
+            buffers[name] = t.fill_(fill) if poison else t
+        if self.slots:
+            slots = [torch.empty(n, dtype=torch.uint8, device=device) for n in self.slots]
+            for name, slot, nbytes, dtype, sizes, fill in self.views:
+                t = slots[slot][:nbytes].view(dtype).view(sizes)
+                buffers[name] = t.fill_(fill) if poison else t
+        env = self.env
+        for run, extern in self.steps:
+            if run is not None:
+                run(buffers)
+            else:
+                _run_extern(extern, buffers, self.decls, env)
+        return tuple(buffers[name] if spec is None else _as_view(buffers[name], spec)
+                     for name, spec in self.outputs)
+
+
+def _bind(launch, env: dict[str, int]):
+    """``launch`` with the symbol values fixed: its own ``bind`` when it has one (precomputed grids
+    and arguments), else a plain call (launchers swapped in by the autotuner, tests)."""
+    bind = getattr(launch, "bind", None)
+    if bind is not None:
+        return bind(env)
+    return lambda buffers: launch(buffers, env)
+
+
+_WARMUP_POOL: ThreadPoolExecutor | None = None
+
+
+def _warm_up(warmups: list) -> None:
+    """Run the warm-ups (kernel compiles), several at once when there are several."""
+    global _WARMUP_POOL
+    if len(warmups) <= 1:
+        for w in warmups:
+            w()
+        return
+    if _WARMUP_POOL is None:
+        _WARMUP_POOL = ThreadPoolExecutor(max(2, min(16, os.cpu_count() or 2)),
+                                          thread_name_prefix="loopnest-compile")
+    for future in [_WARMUP_POOL.submit(w) for w in warmups]:
+        future.result()
+
+
+def _fill(b: Buffer):
+    """The poison value of ``b``: NaN (floats) or a sentinel, so elements no kernel writes stand out."""
+    return float("nan") if b.dtype.is_float else _POISON[b.dtype.kind]
+
+
+def _view_spec(layout: Layout, env: dict[str, int]) -> tuple:
+    return (tuple(_eval(s, env) for s in layout.sizes), tuple(_eval(s, env) for s in layout.strides),
+            _eval(layout.offset, env))
+
+
+def _as_view(t: torch.Tensor, spec: tuple) -> torch.Tensor:
+    """``t`` seen through ``spec`` (sizes, strides, offset), whose offset counts from ``t``'s first
+    element (as kernels do: they get ``t.data_ptr()``), not from the start of its storage."""
+    sizes, strides, offset = spec
+    if offset == 0 and t.shape == sizes and t.stride() == strides:
+        return t
+    return t.as_strided(sizes, strides, t.storage_offset() + offset)
+
+
 def _shape(sizes) -> str:
     return "(" + ", ".join(str(s) for s in sizes) + ")"
 
@@ -118,40 +240,12 @@ def _eval(e: Index, env: dict[str, int]) -> int:
     return c if c is not None else evaluate(e, env)
 
 
-def _allocate(b: Buffer, env: dict[str, int], device: str, poison: bool) -> torch.Tensor:
-    sizes = [_eval(s, env) for s in b.layout.sizes]
-    strides = [_eval(s, env) for s in b.layout.strides]
-    t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch, device=device)
-    return _poison(t, b) if poison else t
-
-
-def _poison(t: torch.Tensor, b: Buffer) -> torch.Tensor:
-    """Fill with NaN (floats) or a sentinel, so elements no kernel writes stand out."""
-    return t.fill_(float("nan") if b.dtype.is_float else _POISON[b.dtype.kind])
-
-
 _POISON = {Kind.INT: -77, Kind.UINT: 77, Kind.BOOL: True}
 
 
-def _slot_view(slot: torch.Tensor, b: Buffer, env: dict[str, int], poison: bool) -> torch.Tensor:
-    """Contiguous buffer ``b`` placed at the start of a planned memory slot."""
-    sizes = [_eval(s, env) for s in b.layout.sizes]
-    numel = 1
-    for n in sizes:
-        numel *= n
-    t = slot[: numel * b.dtype.itemsize].view(b.dtype.torch).view(sizes)
-    return _poison(t, b) if poison else t
-
-
 def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
-    """``t`` seen through ``layout``, whose offset counts from ``t``'s first element (as kernels
-    do: they get ``t.data_ptr()``), not from the start of its storage."""
-    sizes = [_eval(s, env) for s in layout.sizes]
-    strides = [_eval(s, env) for s in layout.strides]
-    offset = _eval(layout.offset, env)
-    if list(t.shape) == sizes and list(t.stride()) == strides and offset == 0:
-        return t
-    return t.as_strided(sizes, strides, t.storage_offset() + offset)
+    """``t`` seen through ``layout`` (offset counted from ``t``'s first element)."""
+    return _as_view(t, _view_spec(layout, env))
 
 
 def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],

@@ -43,21 +43,33 @@ class CppBackend:
         return {k.name: _launcher(getattr(lib, k.name), k) for k, _ in kernels}
 
 
-def _launcher(fn, kernel: Kernel):
-    sig = signature(kernel)
+def _launcher(fn, kernel: Kernel) -> "CppLauncher":
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    ptr_array = ctypes.c_void_p * max(len(sig.buffers), 1)
-    sym_array = ctypes.c_int64 * max(len(sig.symbols), 1)
-    names = sig.buffers
-    symbols = sig.symbols
-
-    def launch(buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
-        ptrs = ptr_array(*[buffers[n].data_ptr() for n in names])
-        values = sym_array(*[syms[s] for s in symbols])
-        fn(ptrs, values)
-
-    launch.kernel = kernel
-    return launch
+    return CppLauncher(fn, kernel)
 
 
+class CppLauncher:
+    """Calls one kernel of the shared library: ``kernel(void **buffers, int64_t *symbols)``."""
+
+    def __init__(self, fn, kernel: Kernel):
+        sig = signature(kernel)
+        self.fn = fn
+        self.kernel = kernel
+        self.names = sig.buffers
+        self.symbols = sig.symbols
+        self.ptr_array = ctypes.c_void_p * max(len(sig.buffers), 1)
+        self.sym_array = ctypes.c_int64 * max(len(sig.symbols), 1)
+
+    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        self.bind(syms)(buffers)
+
+    def bind(self, syms: dict[str, int]):
+        """The launch for symbol values ``syms``: the symbol array is built once."""
+        fn, names, ptr_array = self.fn, self.names, self.ptr_array
+        values = self.sym_array(*[syms[s] for s in self.symbols])
+
+        def launch(buffers: dict[str, torch.Tensor]) -> None:
+            fn(ptr_array(*[buffers[n].data_ptr() for n in names]), values)
+
+        return launch

@@ -43,5 +43,6 @@ class TritonBackend:
         launchers = {}
         for kernel, config in kernels:
             program = self.program(kernel, config)
-            launchers[kernel.name] = Launcher(program, load_module(program.source, interpret))
+            dtypes = {name: buf.dtype.torch for name, buf in kernel.buffers.items()}
+            launchers[kernel.name] = Launcher(program, load_module(program.source, interpret), dtypes)
         return launchers

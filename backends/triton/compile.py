@@ -13,15 +13,14 @@ import os
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import torch
 import triton
+from triton.runtime.jit import JITFunction
 
 from ... import settings
 from ...counters import counters
-from ...ir.index import Index
-from ..emitter import IndexPrinter
+from ...ir.index import Index, evaluate
 from .codegen import INDEX32_LIMIT, Program
 
 _MODULES: dict[tuple[str, bool], ModuleType] = {}
@@ -75,75 +74,161 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     return module
 
 
-def index_function(e: Index) -> Callable[[dict], int]:
-    """A Python function computing ``e`` from a dict of symbol values."""
-    value = e.as_int()
-    if value is not None:
-        return lambda _syms: value
-    text = IndexPrinter(lambda a: f"_s[{a.name!r}]", div="//", mod="%")(e)
-    return eval(f"lambda _s: {text}")  # noqa: S307 - text is printed from an index expression
-
-
-_SOURCES = {"buffer": 0, "sym": 1, "workspace": 2}
+def _value(e: Index, syms: dict[str, int]) -> int:
+    c = e.as_int()
+    return c if c is not None else evaluate(e, syms)
 
 
 class Launcher:
     """Runs a program's launches. Argument order, constexprs and static grids are fixed once;
-    per call only tensors, symbol values (and the grids and workspaces they size) change."""
+    ``bind`` fixes the symbol values too (grids, scalar arguments, workspace sizes), so a call
+    only gathers tensors and launches."""
 
-    def __init__(self, program: Program, module: ModuleType):
+    def __init__(self, program: Program, module: ModuleType, dtypes: dict[str, torch.dtype]):
         self.program = program
         self.name = program.name
-        self.steps = []
-        for launch in program.launches:
-            fn = getattr(module, launch.fn)
-            grid = launch.grid.as_int()
-            self.steps.append((
-                fn[(grid,)] if grid is not None else fn,
-                None if grid is not None else index_function(launch.grid),
-                grid != 0,
-                [(_SOURCES[a.kind], a.name) for a in launch.args],
-                tuple(value for _, value in launch.constexprs),  # positional, in parameter order
-                {"num_warps": launch.num_warps, "num_stages": launch.num_stages},
-            ))
-        self.workspaces = [(w.name, w.dtype, index_function(w.numel)) for w in program.workspaces]
-        self.extents = [index_function(e) for e in program.extents]
-        self.rnumel = index_function(program.extents[1])
+        self.module = module
+        self.dtypes = {**dtypes, **{w.name: w.dtype for w in program.workspaces}}
         self.device_buffer = program.launches[0].args[0].name
+        self._bound: dict[tuple, BoundLaunch] = {}
 
     def _index64(self, syms: dict) -> bool:
         if self.program.index64 is not None:
             return self.program.index64
-        return any(extent(syms) >= INDEX32_LIMIT for extent in self.extents)
+        return any(_value(e, syms) >= INDEX32_LIMIT for e in self.program.extents)
 
     def _check_rows(self, syms: dict) -> None:
         limit = self.program.max_rnumel
-        if limit is not None and self.rnumel(syms) > limit:
-            raise RuntimeError(f"{self.name}: rows of {self.rnumel(syms)} elements exceed the "
+        rnumel = _value(self.program.extents[1], syms)
+        if limit is not None and rnumel > limit:
+            raise RuntimeError(f"{self.name}: rows of {rnumel} elements exceed the "
                                f"persistent block of {limit}; use the looped strategy")
 
-    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
-        self._check_rows(syms)
-        device = buffers[self.device_buffer].device
-        workspaces = {name: torch.empty(numel(syms), dtype=dtype, device=device)
-                      for name, dtype, numel in self.workspaces}
-        if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
-            with torch.cuda.device(device):
-                self._launch((buffers, syms, workspaces), self._index64(syms))
-        else:
-            self._launch((buffers, syms, workspaces), self._index64(syms))
+    def bind(self, syms: dict[str, int]) -> "BoundLaunch":
+        """This program's launches for symbol values ``syms`` (made once per distinct values)."""
+        key = tuple(sorted(syms.items()))
+        bound = self._bound.get(key)
+        if bound is None:
+            self._check_rows(syms)
+            bound = self._bound[key] = BoundLaunch(self, syms)
+        return bound
 
-    def _launch(self, sources: tuple, index64: bool) -> None:
-        syms = sources[1]
-        for run, grid, nonempty, args, constexprs, options in self.steps:
-            if grid is not None:
-                programs = grid(syms)
-                if programs <= 0:
-                    continue
-                run = run[(programs,)]
-            elif not nonempty:
+    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        self.bind(syms)(buffers)
+
+
+class BoundLaunch:
+    """A program's launches with the symbol values fixed.
+
+    On the GPU each launch keeps the kernels Triton compiled for it, keyed by device and by which
+    tensor arguments are 16-byte aligned (what Triton specializes on, beside the scalar values
+    fixed here), and calls them through Triton's launcher directly: no argument binding, cache
+    key or launch metadata per call. The first launch of a new key goes through ``JITFunction.run``."""
+
+    def __init__(self, launcher: Launcher, syms: dict[str, int]):
+        program = launcher.program
+        self.name = program.name
+        self.device_buffer = launcher.device_buffer
+        index64 = launcher._index64(syms)
+        self.workspaces = [(w.name, w.dtype, _value(w.numel, syms)) for w in program.workspaces]
+        self.steps = []
+        for launch in program.launches:
+            programs = _value(launch.grid, syms)
+            if programs <= 0:
                 continue
-            run(*[sources[k][name] for k, name in args], *constexprs, index64, **options)
+            fn = getattr(launcher.module, launch.fn)
+            args = [syms[a.name] if a.kind == "sym" else None for a in launch.args]
+            tensors = [(k, a.kind == "workspace", a.name) for k, a in enumerate(launch.args) if a.kind != "sym"]
+            tail = [value for _, value in launch.constexprs] + [index64]  # constexprs in parameter order
+            options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+            dtypes = [launcher.dtypes[a.name] for a in launch.args if a.kind != "sym"]
+            self.steps.append(_Step(fn, programs, args, tensors, tail, options, dtypes))
+
+    def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
+        t = buffers[self.device_buffer]
+        workspaces = {name: torch.empty(numel, dtype=dtype, device=t.device) for name, dtype, numel in self.workspaces}
+        if t.is_cuda:
+            device = t.get_device()
+            if device != torch.cuda.current_device():
+                with torch.cuda.device(device):
+                    self._launch_cuda(buffers, workspaces, device)
+            else:
+                self._launch_cuda(buffers, workspaces, device)
+        else:  # Triton's interpreter, on CPU tensors
+            for step in self.steps:
+                step.launch_jit(step.arguments(buffers, workspaces))
+
+    def _launch_cuda(self, buffers: dict, workspaces: dict, device: int) -> None:
+        stream = _current_stream(device)
+        hooked = _launch_hooks_active()
+        for step in self.steps:
+            step.launch(step.arguments(buffers, workspaces), device, stream, hooked)
+
+    def warmup(self) -> None:
+        """Compile every launch for the current device, assuming aligned tensors (the usual case;
+        other alignments compile on their first launch)."""
+        if not torch.cuda.is_available():
+            return
+        device = torch.cuda.current_device()
+        for step in self.steps:
+            if isinstance(step.fn, JITFunction):  # not under the interpreter
+                step.warmup(device)
+
+
+class _Step:
+    """One launch of one Triton function with fixed grid, scalars and constexprs."""
+
+    def __init__(self, fn, programs: int, args: list, tensors: list, tail: list, options: dict,
+                 dtypes: list[torch.dtype]):
+        self.fn, self.programs, self.template, self.tensors, self.tail, self.options = \
+            fn, programs, args, tensors, tail, options
+        self.dtypes = dtypes  # of the tensor arguments, in order
+        self.kernels: dict[tuple[int, int], tuple] = {}
+
+    def arguments(self, buffers: dict, workspaces: dict) -> list:
+        args = list(self.template)
+        for k, is_workspace, name in self.tensors:
+            args[k] = workspaces[name] if is_workspace else buffers[name]
+        return args
+
+    def launch_jit(self, args: list):
+        """Launch through Triton's ``JITFunction.run`` (compiles on a cache miss); its kernel."""
+        return self.fn.run(*args, *self.tail, grid=(self.programs,), warmup=False, **self.options)
+
+    def launch(self, args: list, device: int, stream: int, hooked: bool) -> None:
+        aligned = 0
+        for k, _, _ in self.tensors:
+            aligned = aligned << 1 | (args[k].data_ptr() & 15 == 0)
+        fast = None if hooked else self.kernels.get((device, aligned))
+        if fast is None:
+            kernel = self.launch_jit(args)
+            if not hooked:
+                self.kernels[(device, aligned)] = (kernel.run, kernel.function, kernel.packed_metadata)
+            return
+        run, function, metadata = fast
+        run(self.programs, 1, 1, stream, function, metadata, None, None, None, *args, *self.tail)
+
+    def warmup(self, device: int) -> None:
+        """Compile (and load) the kernel for aligned tensors of the dtypes ``fn`` expects."""
+        key = (device, (1 << len(self.tensors)) - 1)
+        if key in self.kernels:
+            return
+        args = list(self.template)  # Triton's warmup takes dtypes for tensors (aligned pointers)
+        for (k, _, _), dtype in zip(self.tensors, self.dtypes):
+            args[k] = dtype
+        kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
+        self.kernels[key] = (kernel.run, kernel.function, kernel.packed_metadata)
+
+
+def _current_stream(device: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(device)
+
+
+def _launch_hooks_active() -> bool:
+    """True when something (a profiler such as proton) hooks Triton's launches: those launches go
+    through ``JITFunction.run``, which feeds the hooks."""
+    hook = triton.knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 _SIGNATURE_TYPES = {
