@@ -1,12 +1,16 @@
-"""PyTorch's OpInfo samples through ``torch.compile(backend="loopnest")`` on the C++ backend.
+"""PyTorch's OpInfo samples through ``torch.compile(backend="loopnest")``.
 
-Every pointwise (unary/binary ufunc) and reduction OpInfo, float32 on CPU, forward, up to 4
-samples each. A sample passes when Dynamo hands the whole function to loopnest (fullgraph, one
-``graphs_compiled`` per sample) and the result matches eager. Samples whose results have a dtype
-loopnest lacks (complex, uint64) are skipped, and so are samples eager itself rejects.
+Every pointwise (unary/binary ufunc) and reduction OpInfo, forward, up to 4 samples each: float32
+on CPU through the C++ backend, and (on a machine with CUDA) float32, float16 and bfloat16 on the
+GPU through the Triton backend. A sample passes when Dynamo hands the whole function to loopnest
+(fullgraph, one ``graphs_compiled`` per sample) and the result matches eager within tolerances
+that fit the dtype. Samples whose results have a dtype loopnest lacks (complex, uint64) are
+skipped, and so are samples eager itself rejects.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
 
 import pytest
@@ -30,11 +34,15 @@ def op_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def sweep_ops() -> list:
-    """Every pointwise and reduction OpInfo that supports float32 on CPU."""
+# (rtol, atol): eager and loopnest each round once from float32, so results may be an ulp or two apart
+TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+def sweep_ops(device: str = "cpu", dtype: torch.dtype = torch.float32) -> list:
+    """Every pointwise and reduction OpInfo that supports ``dtype`` on ``device``."""
     kinds = (UnaryUfuncInfo, BinaryUfuncInfo, ReductionOpInfo)
-    return [op for op in op_db if isinstance(op, kinds) and op.name not in CUDA_ONLY
-            and torch.float32 in op.supported_dtypes("cpu")]
+    return [op for op in op_db if isinstance(op, kinds) and (device == "cuda" or op.name not in CUDA_ONLY)
+            and dtype in op.supported_dtypes(device)]
 
 
 def _split(sample):
@@ -57,7 +65,8 @@ def _clone(tensors):
     return [t.clone() for t in tensors]
 
 
-def run_sample(op, sample, fallbacks: set) -> str | None:
+def run_sample(op, sample, fallbacks: set, backend: str = "cpp",
+               tolerance: tuple[float, float] = TOLERANCES[torch.float32]) -> str | None:
     """None if the sample passes, "skip: ..." if it does not count, else the failure; the ATen ops
     that went to Extern calls are added to ``fallbacks``."""
     tensors, call = _split(sample)
@@ -72,7 +81,7 @@ def run_sample(op, sample, fallbacks: set) -> str | None:
     before = ln.counters["graphs_compiled"]
     recorded = []
     fn = torch.compile(lambda *ts: call(op.op, *ts), backend="loopnest", fullgraph=True,
-                       options={"recorder": recorded.append})
+                       options={"backend": backend, "recorder": recorded.append})
     try:
         actual = fn(*_clone(tensors))
     except Exception as e:
@@ -81,14 +90,15 @@ def run_sample(op, sample, fallbacks: set) -> str | None:
     if ln.counters["graphs_compiled"] == before:
         return "loopnest compiled nothing"
     try:
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, equal_nan=True,
+        torch.testing.assert_close(actual, expected, rtol=tolerance[0], atol=tolerance[1], equal_nan=True,
                                    check_device=True, check_dtype=True)
     except Exception as e:
         return f"mismatch: {str(e).splitlines()[0][:200]}"
     return None
 
 
-def sweep(ops) -> tuple[int, int, dict, dict]:
+def sweep(ops, device: str = "cpu", dtype: torch.dtype = torch.float32,
+          backend: str = "cpp") -> tuple[int, int, dict, dict]:
     """Run up to SAMPLES_PER_OP samples of each op; (passed, counted, failures by op, Extern
     fallbacks by op)."""
     limits = dict(recompile_limit=1 << 20, accumulated_recompile_limit=1 << 20, cache_size_limit=1 << 20)
@@ -97,9 +107,10 @@ def sweep(ops) -> tuple[int, int, dict, dict]:
     externs: dict[str, set] = {}
     with torch._dynamo.config.patch(**limits):  # Dynamo must never fall back to eager silently
         for op in ops:
-            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_OP]
+            samples = list(op.sample_inputs(device, dtype, requires_grad=False))[:SAMPLES_PER_OP]
             for sample in samples:
-                result = run_sample(op, sample, externs.setdefault(op_name(op), set()))
+                result = run_sample(op, sample, externs.setdefault(op_name(op), set()), backend,
+                                    TOLERANCES[dtype])
                 if result is not None and result.startswith("skip"):
                     continue
                 counted += 1
@@ -137,3 +148,26 @@ def test_opinfo_sweep_sampled():
     passed, counted, failures, externs = sweep(ops)
     assert counted >= 40
     assert _report(passed, counted, failures, externs) >= 0.97
+
+
+GPU_CHUNKS = 8  # one test per dtype and chunk of ops, so pytest-xdist can spread them
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("chunk", range(GPU_CHUNKS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_opinfo_sweep_cuda_triton(dtype, chunk):
+    """The sweep on the GPU through the Triton backend. With $LOOPNEST_OPINFO_REPORT set, each
+    chunk also writes its counts and failures there as JSON."""
+    ops = sweep_ops("cuda", dtype)[chunk::GPU_CHUNKS]
+    passed, counted, failures, externs = sweep(ops, "cuda", dtype, "triton")
+    report = os.environ.get("LOOPNEST_OPINFO_REPORT")
+    if report:
+        os.makedirs(report, exist_ok=True)
+        with open(os.path.join(report, f"{str(dtype)[6:]}-{chunk}.json"), "w") as f:
+            json.dump({"dtype": str(dtype), "chunk": chunk, "ops": len(ops), "passed": passed,
+                       "counted": counted, "failures": failures,
+                       "externs": {k: sorted(v) for k, v in externs.items() if v}}, f, indent=1)
+    assert counted >= 10
+    assert _report(passed, counted, failures, externs) >= 0.95

@@ -1,0 +1,128 @@
+"""Host overhead per call, and where compile time goes, for loopnest and Inductor on CUDA.
+
+1. Host time per call at tiny sizes (GPU work is a few microseconds, so back-to-back calls are
+   bound by the host): eager, Inductor default, loopnest; microseconds per call.
+2. At GPU sizes, loopnest's do_bench median next to the sum of its kernels' GPU times from
+   ``torch.profiler``: the difference is time the GPU waited (launch gaps, host work).
+3. ``--profile DIR``: cProfile listings of (a) 2000 loopnest calls at tiny size, (b) the cold
+   compile (first call) of each workload, (c) a warm start (new process, caches hit).
+
+Run on the device: python bench/launch_overhead.py [--profile DIR] [WORKLOAD ...]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
+
+import torch  # noqa: E402
+import triton.testing  # noqa: E402
+
+from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
+
+torch._dynamo.config.recompile_limit = 64
+OPTIONS = {"backend": "triton", "tune": "off"}
+
+WARM = r"""
+import cProfile, pstats, sys, torch
+from loopnest.autotune.workloads import WORKLOADS
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+torch.compile(lambda v: v * 3 + 1, backend="loopnest")(torch.ones(8, device="cuda")); torch.cuda.synchronize()
+w = WORKLOADS[sys.argv[1]]
+args = w.inputs("gpu", device="cuda")
+pr = cProfile.Profile(); pr.enable()
+torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})(*args); torch.cuda.synchronize()
+pr.disable(); pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
+"""
+
+
+def host_us(fn, args, calls: int = 2000) -> float:
+    """Microseconds per call of ``calls`` back-to-back calls (synchronized at the end)."""
+    for _ in range(50):
+        fn(*args)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def kernel_us(fn, args, reps: int = 20) -> float:
+    """Sum of the GPU kernel times of one call (profiler, mean over ``reps`` calls)."""
+    fn(*args)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*args)
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in prof.key_averages())
+    return total / reps
+
+
+def profile_text(pr: cProfile.Profile, sort: str, lines: int) -> str:
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats(sort).print_stats(lines)
+    return out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("--profile", help="write cProfile listings into this folder")
+    opts = parser.parse_args()
+    if opts.profile:
+        os.makedirs(opts.profile, exist_ok=True)
+    print(f"# launch overhead on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
+    print("| workload | eager µs/call (tiny) | inductor µs/call | loopnest µs/call | loopnest cold s "
+          "| loopnest do_bench µs (gpu size) | loopnest kernels µs | waiting µs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in opts.workloads:
+        w = WORKLOADS[name]
+        torch._dynamo.reset()
+        tiny = w.inputs("tiny", device="cuda")
+        big = w.inputs("gpu", device="cuda")
+        ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
+        pr = cProfile.Profile()
+        t0 = time.perf_counter()
+        pr.enable()
+        ours(*big)
+        torch.cuda.synchronize()
+        pr.disable()
+        cold = time.perf_counter() - t0
+        if opts.profile:
+            with open(os.path.join(opts.profile, f"cold_{name}.txt"), "w") as f:
+                f.write(profile_text(pr, "cumulative", 60))
+        inductor = torch.compile(w.fn)
+        row = [host_us(w.fn, tiny), host_us(inductor, tiny), host_us(ours, tiny)]
+        bench = triton.testing.do_bench(lambda: ours(*big), warmup=50, rep=300, return_mode="median") * 1e3
+        kernels = kernel_us(ours, big)
+        print(f"| {name} | {row[0]:.1f} | {row[1]:.1f} | {row[2]:.1f} | {cold:.2f} | {bench:.1f} | "
+              f"{kernels:.1f} | {bench - kernels:.1f} |", flush=True)
+        if opts.profile:
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(2000):
+                ours(*tiny)
+            torch.cuda.synchronize()
+            pr.disable()
+            with open(os.path.join(opts.profile, f"calls_{name}.txt"), "w") as f:
+                f.write(profile_text(pr, "tottime", 40))
+    if opts.profile:
+        for name in opts.workloads[:3]:
+            out = subprocess.run([sys.executable, "-c", WARM, name], capture_output=True, text=True)
+            with open(os.path.join(opts.profile, f"warm_{name}.txt"), "w") as f:
+                f.write(out.stdout + out.stderr[-3000:])
+
+
+if __name__ == "__main__":
+    main()
