@@ -18,6 +18,17 @@ def _isolated_cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture
+def real_gpu():
+    """Triton kernels compiled for the GPU, even in a process where another test module turned
+    the interpreter on (tests/test_triton.py sets TRITON_INTERPRET=1 when it is imported)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from loopnest.backends.triton import settings as triton_settings
+    with triton_settings.scope(interpret=False):
+        yield
+
+
 TOLERANCES = {
     torch.float16: dict(atol=2e-3, rtol=2e-3),
     torch.bfloat16: dict(atol=2e-2, rtol=2e-2),

@@ -4,7 +4,8 @@ import torch
 
 import loopnest  # noqa: F401
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.usefixtures("real_gpu")]
 
 
 def test_cudagraph_replay_matches_eager_and_tracks_new_inputs():

@@ -31,6 +31,8 @@ def _fresh_dynamo():
 @pytest.fixture(params=DEVICES)
 def device(request):
     """Module tests run on the CPU (C++ backend) and, where a GPU exists, on CUDA (Triton)."""
+    if request.param == "cuda":
+        request.getfixturevalue("real_gpu")
     return request.param
 
 

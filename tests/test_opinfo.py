@@ -157,7 +157,7 @@ GPU_CHUNKS = 8  # one test per dtype and chunk of ops, so pytest-xdist can sprea
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("chunk", range(GPU_CHUNKS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_opinfo_sweep_cuda_triton(dtype, chunk):
+def test_opinfo_sweep_cuda_triton(dtype, chunk, real_gpu):
     """The sweep on the GPU through the Triton backend. With $LOOPNEST_OPINFO_REPORT set, each
     chunk also writes its counts and failures there as JSON."""
     ops = sweep_ops("cuda", dtype)[chunk::GPU_CHUNKS]

@@ -143,20 +143,21 @@ class BoundLaunch:
             options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
             dtypes = [launcher.dtypes[a.name] for a in launch.args if a.kind != "sym"]
             self.steps.append(_Step(fn, programs, args, tensors, tail, options, dtypes))
+        self.native = all(isinstance(step.fn, JITFunction) for step in self.steps)  # not interpreted
 
     def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
         t = buffers[self.device_buffer]
         workspaces = {name: torch.empty(numel, dtype=dtype, device=t.device) for name, dtype, numel in self.workspaces}
-        if t.is_cuda:
-            device = t.get_device()
-            if device != torch.cuda.current_device():
-                with torch.cuda.device(device):
-                    self._launch_cuda(buffers, workspaces, device)
-            else:
-                self._launch_cuda(buffers, workspaces, device)
-        else:  # Triton's interpreter, on CPU tensors
+        if not self.native:  # Triton's interpreter
             for step in self.steps:
                 step.launch_jit(step.arguments(buffers, workspaces))
+            return
+        device = t.get_device()
+        if device != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._launch_cuda(buffers, workspaces, device)
+        else:
+            self._launch_cuda(buffers, workspaces, device)
 
     def _launch_cuda(self, buffers: dict, workspaces: dict, device: int) -> None:
         stream = _current_stream(device)
@@ -167,12 +168,11 @@ class BoundLaunch:
     def warmup(self) -> None:
         """Compile every launch for the current device, assuming aligned tensors (the usual case;
         other alignments compile on their first launch)."""
-        if not torch.cuda.is_available():
+        if not self.native or not torch.cuda.is_available():
             return
         device = torch.cuda.current_device()
         for step in self.steps:
-            if isinstance(step.fn, JITFunction):  # not under the interpreter
-                step.warmup(device)
+            step.warmup(device)
 
 
 class _Step:
