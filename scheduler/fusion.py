@@ -1,7 +1,9 @@
 """Fusion: inline pointwise producers, group the remaining nodes into loop nests, build kernels.
 
 1. ``inline_pointwise`` substitutes every pointwise node that is not a graph output or an extern
-   argument into its consumers (vertical and prologue fusion; codegen's CSE removes repeats).
+   argument into its consumers (vertical and prologue fusion; codegen's CSE removes repeats),
+   except a per-row epilogue of a reduction that feeds a reduction over those rows: that one is
+   stored by the row kernel (one row-sized value instead of several, gathers done in parallel).
 2. ``group_nodes`` visits the remaining nodes in order and adds each to an earlier group when
    its loops line up with the group's (same rows and reduced dimensions, or the rows alone, or
    the full domain) and every value it reads from the group is the one computed at the same
@@ -15,7 +17,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
-from ..ir.expr import AccRef, Apply, Expr, IndexValue, Load, map_indirect, rewrite, substitute_vars, walk
+from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
+                       substitute_vars, walk)
 from ..ir.index import Index, as_var
 from ..ir.nodes import BufferRef, Extern, Graph, Node, Pointwise, Reduction, domain_vars, interleave
 from .kernel import Kernel, KReduction, KStore
@@ -52,10 +55,11 @@ def inline_pointwise(graph: Graph) -> list[Node]:
     (materialized); everything else is inlined.
     """
     keep = {o.buffer for o in graph.outputs} | extern_buffers(graph)
-    readers: dict[str, int] = {}
+    consumers: dict[str, list[Node]] = {}
     for n in graph.nodes:
         for b in node_reads(n):
-            readers[b] = readers.get(b, 0) + 1
+            consumers.setdefault(b, []).append(n)
+    producers = {o: n for n in graph.nodes for o in n.outputs}
     bodies: dict[str, tuple[tuple[Index, ...], Expr]] = {}
     result: list[Node] = []
     for n in graph.nodes:
@@ -63,7 +67,8 @@ def inline_pointwise(graph: Graph) -> list[Node]:
             result.append(n)
             continue
         body = inline_loads(n.body, bodies)
-        if isinstance(n, Pointwise) and n.out not in keep and not _costly(body, readers.get(n.out, 0)):
+        if (isinstance(n, Pointwise) and n.out not in keep and not _costly(body, len(consumers.get(n.out, ())))
+                and not _row_epilogue(n, body, producers, consumers.get(n.out, []))):
             bodies[n.out] = (n.index_vars(), body)
         else:
             result.append(dataclasses.replace(n, body=body))
@@ -73,6 +78,21 @@ def inline_pointwise(graph: Graph) -> list[Node]:
 def _costly(body: Expr, readers: int) -> bool:
     ops = sum(1 for e in walk(body) if isinstance(e, Apply))
     return ops > MAX_INLINE_OPS or (readers > 1 and ops > MAX_SHARED_INLINE_OPS)
+
+
+def _row_epilogue(n: Pointwise, body: Expr, producers: dict[str, Node], readers: list[Node]) -> bool:
+    """True when ``n`` computes per row from a reduction's results over the same rows, and only
+    reductions over those rows read it (a loss per row, then its mean). Stored by the row kernel,
+    the reader loads one row-sized value, not every buffer and gather ``n`` reads."""
+    rows = loop_shape(n).p
+    if not rows or not readers or not all(isinstance(r, Reduction) and loop_shape(r).p != rows for r in readers):
+        return False
+    reads = loads(body)
+    if not any(isinstance(producers.get(x.buffer), Reduction) and loop_shape(producers[x.buffer]).p == rows
+               for x in reads):
+        return False
+    gathers = any(isinstance(a, Indirect) for x in reads for i in x.index for a in i.atoms())
+    return gathers or len({x.buffer for x in reads}) > 1
 
 
 def inline_loads(body: Expr, bodies: dict[str, tuple[tuple[Index, ...], Expr]]) -> Expr:

@@ -267,11 +267,15 @@ def test_explain_reports_kernels_and_fallbacks():
 
 
 def test_user_triton_op_passes_through_as_extern(tmp_path):
-    """A ``torch.library.triton_op`` stays one opaque op (run in Triton's CPU interpreter here)."""
+    """A ``torch.library.triton_op`` stays one opaque op (on the GPU, or in Triton's CPU
+    interpreter without one)."""
     code = '''
 import os
-os.environ["TRITON_INTERPRET"] = "1"
-import torch, triton, triton.language as tl
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+if device == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+import triton, triton.language as tl
 from torch.library import triton_op, wrap_triton
 import loopnest as ln
 
@@ -291,7 +295,7 @@ def tadd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _(x, y):
     return torch.empty_like(x)
 
-x, y = torch.randn(40), torch.randn(40)
+x, y = torch.randn(40, device=device), torch.randn(40, device=device)
 f = lambda x, y: tadd(x.sin(), y) * 2
 e = ln.explain(f, x, y)
 assert [fb.op for fb in e.fallbacks] == ["lntest.tadd.default"], e
