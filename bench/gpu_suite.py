@@ -34,20 +34,32 @@ torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
 
 WARM = r"""
-import json, sys, time, torch
+import cProfile, json, os, pstats, sys, time, torch
 from loopnest.autotune.workloads import WORKLOADS
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 # Dynamo's and AOTAutograd's one-time set-up belongs to start-up, not to any one graph
 torch.compile(lambda v: v * 3 + 1, backend="loopnest")(torch.ones(8, device="cuda")); torch.cuda.synchronize()
 out = {}
+profile = cProfile.Profile() if os.environ.get("LOOPNEST_WARM_PROFILE") else None
 for name in sys.argv[1:]:
     w = WORKLOADS[name]
     args = w.inputs("gpu", device="cuda")
     torch.cuda.synchronize()
+    built = []
+    record = lambda lowered: built.append((time.perf_counter(), lowered.stats))
     t0 = time.perf_counter()
-    fn = torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})
+    if profile: profile.enable()
+    fn = torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off", "recorder": record})
     fn(*args); torch.cuda.synchronize()
-    out[name] = time.perf_counter() - t0
+    if profile: profile.disable()
+    end = time.perf_counter()
+    (t_built, stats), = built
+    out[name] = {"total": end - t0, "lowering": stats.lowering_ms / 1e3, "compile": stats.compile_ms / 1e3,
+                 "first_run": end - t_built}
+    out[name]["tracing"] = out[name]["total"] - out[name]["first_run"] - out[name]["lowering"] - out[name]["compile"]
+if profile:
+    with open(os.environ["LOOPNEST_WARM_PROFILE"], "w") as f:
+        pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(120)
 print(json.dumps(out))
 """
 
@@ -148,12 +160,25 @@ def warm_start(names: list[str]) -> dict:
     return json.loads(code.stdout.strip().splitlines()[-1])
 
 
+def print_warm(warm: dict) -> None:
+    """Where the warm start's time goes, per workload."""
+    if not warm:
+        return
+    print("\nwarm start, seconds\n| workload | total | Dynamo + AOTAutograd | lowering | schedule + codegen + "
+          "load | first run (kernels from Triton's cache, launch) |\n|---|---|---|---|---|---|")
+    for name, w in warm.items():
+        print(f"| {name} | {w['total']:.3f} | {w['tracing']:.3f} | {w['lowering']:.3f} | {w['compile']:.3f} "
+              f"| {w['first_run']:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(TEN))
     parser.add_argument("--tuned", action="store_true", help="add loopnest with tune='db' (LOOPNEST_DB)")
     parser.add_argument("--copy-gbs", type=float, default=4281.0, help="measured copy bandwidth, GB/s")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--warm-only", action="store_true",
+                        help="only the warm start (after one loopnest compile per workload fills the caches)")
     parser.add_argument("--smoke", action="store_true",
                         help="CPU smoke test of this script: tiny sizes, Triton interpreter, no warm start")
     opts = parser.parse_args()
@@ -161,6 +186,12 @@ def main() -> None:
     dev = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke run)"
     print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs} GB/s, "
           f"{time.strftime('%Y-%m-%d')}", flush=True)
+    if opts.warm_only:
+        for name in opts.workloads:
+            w = WORKLOADS[name]
+            torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})(*w.inputs("gpu", "cuda"))
+        print_warm(warm_start(opts.workloads))
+        return
     results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
     warm = {} if opts.smoke else warm_start(opts.workloads)
     cols = list(results[0]["ms"])
@@ -172,8 +203,9 @@ def main() -> None:
         fr = " | ".join(f"{r['frac'][c]:.2f}" for c in cols)
         cold = " | ".join(f"{r['cold_s'][c]:.2f}" for c in cols[1:])
         bad = [c for c in cols if r["status"][c] != "ok"]
-        print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {warm.get(r['name'], float('nan')):.3f} "
+        print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {warm.get(r['name'], {}).get('total', float('nan')):.3f} "
               f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
+    print_warm(warm)
     for ref in ("inductor", "inductor_max"):
         for ours in ("loopnest", "loopnest_tuned"):
             if ours in cols and ref in cols:
