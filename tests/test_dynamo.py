@@ -304,7 +304,9 @@ print("ok")
 '''
     env = dict(os.environ, LOOPNEST_CACHE_DIR=str(tmp_path))
     env.pop("TRITON_INTERPRET", None)  # the script decides (another test module may have set it)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    script = tmp_path / "user_triton_op.py"  # compiled @triton.jit functions must live in a file
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
 
