@@ -29,6 +29,9 @@ class _Binding:
     dim: int
 
 
+MAX_PLANS = 256  # call plans kept per compiled graph
+
+
 class CompiledGraph:
     """Runs a schedule with the launchers a backend built for its kernels.
 
@@ -81,6 +84,8 @@ class CompiledGraph:
             plan = None
         if plan is None or not self._accepts(args):
             plan = self.plan(self.check_inputs(args))
+            if len(self._plans) >= MAX_PLANS:  # dynamic shapes seen at many sizes: start over
+                self._plans.clear()
             self._plans[tuple(a.shape for a in args)] = plan
         return plan.run(args, self.poison)
 

@@ -2,8 +2,8 @@
 
 ``triton.jit`` reads a kernel's source from its file, so generated source is written to
 ``cache_dir()/triton/<hash[:2]>/<hash>.py`` (atomically; the same source always maps to the same
-file) and imported from there. Triton itself compiles each function on its first launch and
-keeps its own binary cache.
+file) and imported from there. Triton compiles each function (when a graph's call plan warms its
+launches up, or else on the first launch) and keeps its own binary cache.
 """
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ def _value(e: Index, syms: dict[str, int]) -> int:
     return c if c is not None else evaluate(e, syms)
 
 
+MAX_BOUND = 256  # symbol-value bindings kept per launcher (dynamic shapes)
+
+
 class Launcher:
     """Runs a program's launches. Argument order, constexprs and static grids are fixed once;
     ``bind`` fixes the symbol values too (grids, scalar arguments, workspace sizes), so a call
@@ -110,6 +113,8 @@ class Launcher:
         bound = self._bound.get(key)
         if bound is None:
             self._check_rows(syms)
+            if len(self._bound) >= MAX_BOUND:
+                self._bound.clear()
             bound = self._bound[key] = BoundLaunch(self, syms)
         return bound
 
@@ -216,8 +221,9 @@ class _Step:
         args = list(self.template)  # Triton's warmup takes dtypes for tensors (aligned pointers)
         for (k, _, _), dtype in zip(self.tensors, self.dtypes):
             args[k] = dtype
-        kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
-        self.kernels[key] = (kernel.run, kernel.function, kernel.packed_metadata)
+        with torch.cuda.device(device):  # warm-ups run in worker threads: load into this device
+            kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
+            self.kernels[key] = (kernel.run, kernel.function, kernel.packed_metadata)
 
 
 def _current_stream(device: int) -> int:
