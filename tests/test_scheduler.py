@@ -94,6 +94,19 @@ def test_suite_graphs_kernel_counts_and_results():
                 assert_close(g, r.to(g.dtype) if name == "var_mean" else r, name)
 
 
+def test_row_loss_is_stored_by_the_row_kernel_and_the_mean_reads_only_it():
+    """The loss per row (log-sum-exp minus the gathered target logit) is an epilogue of the row
+    reductions; the mean over rows then reads that one buffer, not x, t and the row statistics."""
+    outputs, inputs, reference = suite()["logsumexp_ce"]
+    rows, mean = kernels_of(outputs, inputs)
+    assert set(rows.inputs) == {"x", "t"} and len(rows.outputs) == 1
+    assert mean.inputs == rows.outputs and not mean.pdomain
+    # a per-row value that reads no row reduction is still inlined into the mean
+    x = ln.placeholder("x", (8, 32), ln.float32)
+    t = ln.placeholder("t", (8,), ln.int64)
+    assert len(kernels_of([ln.mean(ln.gather(x, 1, t[:, None])[:, 0] * 2)], [x, t])) == 1
+
+
 def test_horizontal_fusion_of_independent_outputs():
     x = ln.placeholder("x", (8, 32), ln.float32)
     y = ln.placeholder("y", (8, 32), ln.float32)
