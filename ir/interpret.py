@@ -21,7 +21,7 @@ import torch
 from .dtypes import DType, compute_dtype
 from .expr import AccRef, Apply, Const, Expr, IndexValue, Load
 from .index import FloorDiv, Index, Indirect, Mod, Sym, Var, evaluate
-from .nodes import Buffer, BufferRef, Extern, Graph, Pointwise, Reduction
+from .nodes import Buffer, BufferRef, Extern, Graph, KReduction, KStore, Pointwise, Reduction
 from .ops import Op, ReduceOp
 
 BLOCK_ELEMENTS = 1 << 22  # grid points evaluated at once (rows are split into blocks)
@@ -200,22 +200,6 @@ def reduce_values(op: ReduceOp, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     raise NotImplementedError(op)
 
 
-@dataclass(frozen=True)
-class _RStore:
-    buffer: str
-    index: tuple[Index, ...]
-    value: Expr
-    phase: int = 0
-
-
-@dataclass(frozen=True)
-class _RRed:
-    name: str
-    op: ReduceOp
-    body: Expr
-    level: int = 0
-
-
 @dataclass
 class LoopNest:
     """A backend-neutral loop nest: rows (``pvars``) x reduced dims (``rvars``), as in a Kernel."""
@@ -293,9 +277,9 @@ def _node_nest(node: Pointwise | Reduction, graph: Graph) -> LoopNest:
     ivars = node.index_vars()
     pvars = _named(ivars, node.domain)
     if isinstance(node, Pointwise):
-        return LoopNest(pvars, (), (), (_RStore(node.out, ivars, node.body),), ())
-    red = _RRed(node.name, node.op, node.body)
-    stores = tuple(_RStore(out, ivars, AccRef(node.name, k, graph.buffers[out].dtype))
+        return LoopNest(pvars, (), (), (KStore(node.out, ivars, node.body),), ())
+    red = KReduction(node.name, node.op, node.body, node.body.dtype, 0)
+    stores = tuple(KStore(out, ivars, AccRef(node.name, k, graph.buffers[out].dtype))
                    for k, out in enumerate(node.outs))
     return LoopNest(pvars, _named(node.reduction_vars(), node.rdomain), (red,), (), stores)
 

@@ -162,6 +162,27 @@ class Reduction:
         return domain_vars(self.rdomain, "r")
 
 
+@dataclass(frozen=True)
+class KReduction:
+    """A loop statement: ``acc = op over rdomain of body`` for the current row (a kernel's reduction)."""
+
+    name: str
+    op: ReduceOp
+    body: Expr
+    dtype: DType
+    level: int
+
+
+@dataclass(frozen=True)
+class KStore:
+    """A loop statement: ``buffer[index] = value`` (index in loop variables)."""
+
+    buffer: str
+    index: tuple[Index, ...]
+    value: Expr
+    phase: int = 0
+
+
 def interleave(kept: Sequence, reduced: Sequence, axes: Sequence[int]) -> tuple:
     """Merge ``kept`` and ``reduced`` items into one tuple, ``reduced[k]`` landing at ``axes[k]``."""
     it_kept, it_red = iter(kept), iter(reduced)

@@ -12,12 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..ir.dtypes import DType
 from ..ir.expr import Apply, Expr, Load, walk
 from ..ir.hashing import structural_digest
 from ..ir.index import Index, product
-from ..ir.nodes import Buffer, domain_vars
-from ..ir.ops import ReduceOp
+from ..ir.nodes import Buffer, KReduction, KStore, domain_vars  # noqa: F401 - loop statements
 from ..ir.printer import Printer
 
 
@@ -27,27 +25,6 @@ class Strategy(Enum):
     PERSISTENT = "persistent"  # a whole row at once (one program / one thread owns it)
     LOOPED = "looped"          # a row in chunks, accumulators carried across chunks
     SPLIT = "split"            # one long reduction split across programs/threads, then combined
-
-
-@dataclass(frozen=True)
-class KReduction:
-    """``acc = op over rdomain of body`` for the current row; ``outs`` name its results."""
-
-    name: str
-    op: ReduceOp
-    body: Expr
-    dtype: DType
-    level: int
-
-
-@dataclass(frozen=True)
-class KStore:
-    """``buffer[index] = value`` (index in kernel variables)."""
-
-    buffer: str
-    index: tuple[Index, ...]
-    value: Expr
-    phase: int = 0
 
 
 @dataclass(eq=False)
