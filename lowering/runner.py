@@ -95,7 +95,7 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tens
         t = t.to(device)
     if ti.contiguous:
         return t if t.is_contiguous() else t.contiguous()
-    want = [_int(s, env) for s in ti.strides]
+    want = [evaluate(s, env) for s in ti.strides]
     if all(n <= 1 or a == b for a, b, n in zip(t.stride(), want, t.shape)):
         return t
     out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
@@ -111,17 +111,12 @@ def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
     if leaf.kind == "arg_view":
         position, layout = leaf.value
         base = fitted[position]
-        sizes = [_int(s, env) for s in layout.sizes]
-        strides = [_int(s, env) for s in layout.strides]
-        return base.as_strided(sizes, strides, base.storage_offset() + _int(layout.offset, env))
+        sizes = [evaluate(s, env) for s in layout.sizes]
+        strides = [evaluate(s, env) for s in layout.strides]
+        return base.as_strided(sizes, strides, base.storage_offset() + evaluate(layout.offset, env))
     if leaf.kind == "size":
         return evaluate(leaf.value, env)
     return leaf.value
-
-
-def _int(e, env) -> int:
-    c = e.as_int()
-    return c if c is not None else evaluate(e, env)
 
 
 def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str, tune: str = "off",

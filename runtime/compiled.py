@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from .. import settings
-from ..ir.index import Index, Sym, evaluate
+from ..ir.index import Sym, evaluate
 from ..ir.dtypes import Kind
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
@@ -139,13 +139,13 @@ class CallPlan:
     def __init__(self, graph: CompiledGraph, env: dict[str, int]):
         self.env = env
         device = graph.device
-        self.allocations = [(b.name, [_eval(s, env) for s in b.layout.sizes],
-                             [_eval(s, env) for s in b.layout.strides], b.dtype.torch, _fill(b))
+        self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
+                             [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, _fill(b))
                             for b in graph.allocations]
-        self.slots = [_eval(n, env) for n in graph.memory.slots] if graph.planned else []
+        self.slots = [evaluate(n, env) for n in graph.memory.slots] if graph.planned else []
         self.views = []
         for b, slot in graph.planned:
-            sizes = [_eval(s, env) for s in b.layout.sizes]
+            sizes = [evaluate(s, env) for s in b.layout.sizes]
             numel = 1
             for n in sizes:
                 numel *= n
@@ -212,8 +212,8 @@ def _fill(b: Buffer):
 
 
 def _view_spec(layout: Layout, env: dict[str, int]) -> tuple:
-    return (tuple(_eval(s, env) for s in layout.sizes), tuple(_eval(s, env) for s in layout.strides),
-            _eval(layout.offset, env))
+    return (tuple(evaluate(s, env) for s in layout.sizes), tuple(evaluate(s, env) for s in layout.strides),
+            evaluate(layout.offset, env))
 
 
 def _as_view(t: torch.Tensor, spec: tuple) -> torch.Tensor:
@@ -240,11 +240,6 @@ def _bindings(inputs: list[Buffer]) -> list[_Binding]:
     return out
 
 
-def _eval(e: Index, env: dict[str, int]) -> int:
-    c = e.as_int()
-    return c if c is not None else evaluate(e, env)
-
-
 _POISON = {Kind.INT: -77, Kind.UINT: 77, Kind.BOOL: True}
 
 
@@ -265,8 +260,8 @@ def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str,
 
 def _conform(t: torch.Tensor, decl: Buffer, env: dict[str, int]) -> torch.Tensor:
     """The extern's result in the layout the kernels were generated for (a copy if it differs)."""
-    strides = [_eval(s, env) for s in decl.layout.strides]
-    sizes = [_eval(s, env) for s in decl.layout.sizes]
+    strides = [evaluate(s, env) for s in decl.layout.strides]
+    sizes = [evaluate(s, env) for s in decl.layout.sizes]
     if list(t.shape) != sizes:
         raise RuntimeError(f"extern produced shape {tuple(t.shape)} for {decl.name}, expected {tuple(sizes)}")
     if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, sizes)):

@@ -20,7 +20,7 @@ from triton.runtime.jit import JITFunction
 
 from ... import settings
 from ...counters import counters
-from ...ir.index import Index, evaluate
+from ...ir.index import evaluate
 from .codegen import INDEX32_LIMIT, Program
 
 _MODULES: dict[tuple[str, bool], ModuleType] = {}
@@ -74,11 +74,6 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     return module
 
 
-def _value(e: Index, syms: dict[str, int]) -> int:
-    c = e.as_int()
-    return c if c is not None else evaluate(e, syms)
-
-
 MAX_BOUND = 256  # symbol-value bindings kept per launcher (dynamic shapes)
 
 
@@ -98,11 +93,11 @@ class Launcher:
     def _index64(self, syms: dict) -> bool:
         if self.program.index64 is not None:
             return self.program.index64
-        return any(_value(e, syms) >= INDEX32_LIMIT for e in self.program.extents)
+        return any(evaluate(e, syms) >= INDEX32_LIMIT for e in self.program.extents)
 
     def _check_rows(self, syms: dict) -> None:
         limit = self.program.max_rnumel
-        rnumel = _value(self.program.extents[1], syms)
+        rnumel = evaluate(self.program.extents[1], syms)
         if limit is not None and rnumel > limit:
             raise RuntimeError(f"{self.name}: rows of {rnumel} elements exceed the "
                                f"persistent block of {limit}; use the looped strategy")
@@ -135,10 +130,10 @@ class BoundLaunch:
         self.name = program.name
         self.device_buffer = launcher.device_buffer
         index64 = launcher._index64(syms)
-        self.workspaces = [(w.name, w.dtype, _value(w.numel, syms)) for w in program.workspaces]
+        self.workspaces = [(w.name, w.dtype, evaluate(w.numel, syms)) for w in program.workspaces]
         self.steps = []
         for launch in program.launches:
-            programs = _value(launch.grid, syms)
+            programs = evaluate(launch.grid, syms)
             if programs <= 0:
                 continue
             fn = getattr(launcher.module, launch.fn)
