@@ -5,8 +5,8 @@ several times larger than L2), the fraction of the measured copy bandwidth each 
 every input read once + every output written once), cold compile time of each, and a check
 against eager. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
 (fill it first with ``autotune sweep --backend triton ...``); it is left out without ``--tuned``.
-Then it measures the warm start: a new process compiling every workload from the on-disk caches,
-timed after imports and CUDA init.
+Then it measures the warm start of loopnest and of Inductor: a new process per graph compiling it
+from the on-disk caches, timed after imports, CUDA init and a throwaway compile.
 
 Run on the device: python bench/gpu_suite.py [--tuned] [--copy-gbs 4281] [WORKLOAD ...]
 Check the script itself on a CPU: TRITON_INTERPRET=1 python bench/gpu_suite.py --smoke softmax
@@ -24,6 +24,7 @@ import time
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
+os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"))
 
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
@@ -34,32 +35,33 @@ torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
 
 WARM = r"""
-import cProfile, json, os, pstats, sys, time, torch
+import json, os, sys, time, torch
 from loopnest.autotune.workloads import WORKLOADS
+backend, names = sys.argv[1], sys.argv[2:]
+options = {"backend": "triton", "tune": "off"} if backend == "loopnest" else None
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-# Dynamo's and AOTAutograd's one-time set-up belongs to start-up, not to any one graph
-torch.compile(lambda v: v * 3 + 1, backend="loopnest")(torch.ones(8, device="cuda")); torch.cuda.synchronize()
+# Start-up, not any graph's: Dynamo's and AOTAutograd's one-time set-up, including the lazy import
+# of torch.distributed.tensor.experimental on the first torch function Dynamo traces (0.1-0.2 s)
+torch.compile(lambda v: torch.nn.functional.relu(v) * 3 + 1, backend=backend, options=options)(
+    torch.ones(8, device="cuda")); torch.cuda.synchronize()
 out = {}
-profile = cProfile.Profile() if os.environ.get("LOOPNEST_WARM_PROFILE") else None
-for name in sys.argv[1:]:
+for name in names:
     w = WORKLOADS[name]
     args = w.inputs("gpu", device="cuda")
     torch.cuda.synchronize()
     built = []
-    record = lambda lowered: built.append((time.perf_counter(), lowered.stats))
+    opts = dict(options or {})
+    if backend == "loopnest":
+        opts["recorder"] = lambda lowered: built.append((time.perf_counter(), lowered.stats))
     t0 = time.perf_counter()
-    if profile: profile.enable()
-    fn = torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off", "recorder": record})
+    fn = torch.compile(w.fn, backend=backend, options=opts or None)
     fn(*args); torch.cuda.synchronize()
-    if profile: profile.disable()
     end = time.perf_counter()
-    (t_built, stats), = built
-    out[name] = {"total": end - t0, "lowering": stats.lowering_ms / 1e3, "compile": stats.compile_ms / 1e3,
-                 "first_run": end - t_built}
-    out[name]["tracing"] = out[name]["total"] - out[name]["first_run"] - out[name]["lowering"] - out[name]["compile"]
-if profile:
-    with open(os.environ["LOOPNEST_WARM_PROFILE"], "w") as f:
-        pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(120)
+    out[name] = {"total": end - t0}
+    if built:
+        (t_built, stats), = built
+        out[name].update(lowering=stats.lowering_ms / 1e3, compile=stats.compile_ms / 1e3, first_run=end - t_built)
+        out[name]["tracing"] = out[name]["total"] - out[name]["first_run"] - out[name]["lowering"] - out[name]["compile"]
 print(json.dumps(out))
 """
 
@@ -152,8 +154,22 @@ def bench(fn, device: str) -> float:
 
 
 def warm_start(names: list[str]) -> dict:
-    """Compile every workload again in a fresh process that finds everything in the caches."""
-    code = subprocess.run([sys.executable, "-c", WARM, *names], capture_output=True, text=True, env=os.environ)
+    """Each workload compiled again by loopnest and by Inductor (default mode), each in a new
+    process that finds everything in the on-disk caches, timed after imports, CUDA init and one
+    throwaway compile of another function. Inductor's caches are filled by a process of its own
+    first (the cold measurement above runs without its FX graph cache)."""
+    fill = _warm_process("inductor", names)
+    out = {}
+    for name in names:
+        out[name] = _warm_process("loopnest", [name]).get(name, {})
+        if fill:
+            out[name]["inductor"] = _warm_process("inductor", [name]).get(name, {}).get("total", float("nan"))
+    return out
+
+
+def _warm_process(backend: str, names: list[str]) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    code = subprocess.run([sys.executable, "-c", WARM, backend, *names], capture_output=True, text=True, env=env)
     if code.returncode != 0:
         print(code.stderr[-2000:])
         return {}
@@ -164,11 +180,15 @@ def print_warm(warm: dict) -> None:
     """Where the warm start's time goes, per workload."""
     if not warm:
         return
-    print("\nwarm start, seconds\n| workload | total | Dynamo + AOTAutograd | lowering | schedule + codegen + "
-          "load | first run (kernels from Triton's cache, launch) |\n|---|---|---|---|---|---|")
+    print("\nwarm start (new process per graph), seconds\n| workload | Inductor | loopnest | Dynamo + AOTAutograd "
+          "| lowering | schedule + codegen + load | first run (guards, kernels from Triton's cache, launch) |"
+          "\n|---|---|---|---|---|---|---|")
     for name, w in warm.items():
-        print(f"| {name} | {w['total']:.3f} | {w['tracing']:.3f} | {w['lowering']:.3f} | {w['compile']:.3f} "
-              f"| {w['first_run']:.3f} |")
+        if "total" not in w:
+            print(f"| {name} | failed |")
+            continue
+        print(f"| {name} | {w.get('inductor', float('nan')):.3f} | {w['total']:.3f} | {w['tracing']:.3f} "
+              f"| {w['lowering']:.3f} | {w['compile']:.3f} | {w['first_run']:.3f} |")
 
 
 def main() -> None:

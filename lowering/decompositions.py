@@ -7,6 +7,7 @@ the norm decompositions produce it.
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -40,6 +41,21 @@ def _table() -> dict:
 def decomposition_table() -> dict:
     """ATen overload -> decomposition, for AOTAutograd, ``make_fx`` and ``run_decompositions``."""
     return dict(_table())
+
+
+def table_fingerprint() -> str:
+    """A short digest of which ATen ops the table rewrites (part of the AOT cache key).
+
+    Only the ``aten`` namespace counts: other libraries add decompositions of their own ops to
+    PyTorch's registry when imported (importing Inductor adds a quantized one), which changes
+    how those ops are spelled in a graph but not what it computes."""
+    return _fingerprint()
+
+
+@functools.lru_cache(maxsize=None)
+def _fingerprint() -> str:
+    names = sorted(str(op) for op in _table() if op.namespace == "aten")
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
 def has_decomposition(op) -> bool:

@@ -2,6 +2,7 @@
 
 Dynamo hands over a torch-level graph; AOTAutograd functionalizes it, applies the decomposition
 table and partitions it into forward and backward ATen graphs, each lowered and compiled here.
+Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``).
 Options: ``torch.compile(model, backend="loopnest", options={"backend": "cpp", "tune": "db"})``.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch import config as functorch_config
 
-from .decompositions import decomposition_table
+from . import aot_cache
+from .decompositions import decomposition_table, table_fingerprint
 from .options import CompileOptions
 from ..autotune.options import TuneSettings
 from ..runtime.cudagraphs import CudaGraphRunner
@@ -42,6 +44,7 @@ class AtenCompiler:
         self.options = options
         self.backend = backend
         self.graphs: list[LoweredGraph] = []
+        self._cache_entry: tuple | None = None  # (AOT cache key, Dynamo graph's input and output counts)
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
@@ -59,6 +62,8 @@ class AtenCompiler:
         return BoxedGraph(self.compile(gm, "bwd"))
 
     def inference(self, gm, example_inputs):
+        if self._cache_entry is not None:
+            aot_cache.store(*self._cache_entry[:1], gm, *self._cache_entry[1:])
         lowered = self.compile(gm, "inf")
         if self.options.cudagraphs and self.backend == "triton":
             return CudaGraphBoxed(lowered)
@@ -69,12 +74,26 @@ class AtenCompiler:
 
         User Triton kernels behind ``torch.library.triton_op`` stay opaque custom ops (they are
         called through ATen as Extern nodes) instead of being decomposed into kernel wrappers."""
+        key = aot_cache.graph_key(gm, example_inputs, table_fingerprint())
+        if key is not None:
+            cached = aot_cache.load(key)
+            if cached is not None:
+                return _unboxed(self.inference(cached, None))
+            outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            self._cache_entry = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table())
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
             return aot(gm, example_inputs)
         with functorch_config.patch(decompose_custom_triton_ops=False):
             return aot(gm, example_inputs)
+
+
+def _unboxed(boxed):
+    """Dynamo's calling convention (``fn(*args)``) for a compiled graph that takes one list."""
+    def compiled(*args):
+        return boxed(list(args))
+    return compiled
 
 
 def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options: dict | None = None,

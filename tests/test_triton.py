@@ -19,6 +19,7 @@ import loopnest as ln  # noqa: E402
 from loopnest.backends.registry import get_backend  # noqa: E402
 from loopnest.backends.triton import settings as triton_settings  # noqa: E402
 from loopnest.backends.triton.compile import compile_ahead, load_module  # noqa: E402
+from loopnest.backends.triton.launch import static_kernel, static_launcher_class  # noqa: E402
 from loopnest.backends.triton.params import TritonConfig, next_pow2  # noqa: E402
 from loopnest.dsl.functions import apply  # noqa: E402
 from loopnest.ir.index import product  # noqa: E402
@@ -493,11 +494,23 @@ def compile_gpu_cases() -> int:
             for index64 in (False, True):
                 for compiled in compile_ahead(program, module, dtypes, index64=index64):
                     assert compiled.asm["cubin"]
+                    _check_static_launch_arguments(compiled)
                     count += 1
         assert "libdevice." in "".join(sources) or case != "libdevice_math"
         assert "gather index out of range" in "".join(sources) or case != "transpose_gather"
         assert ("tanh.approx.f32" in "".join(sources)) == (case == "bf16_fast_tanh"), case
     return count
+
+
+def _check_static_launch_arguments(compiled) -> None:
+    """The arguments passed to PyTorch's prebuilt launcher are the kernel's non-constexpr
+    parameters, as many as its type string has."""
+    if static_launcher_class() is None:
+        return
+    static, keep = static_kernel(compiled)
+    names = compiled.src.fn.arg_names
+    assert [names[i] for i in keep] == [n for n in names if compiled.src.signature[n] != "constexpr"]
+    assert len(keep) == len(static.arg_tys) and "O" in static.arg_tys
 
 
 def test_gpu_source_compiles_for_sm90():

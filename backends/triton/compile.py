@@ -22,6 +22,7 @@ from ... import settings
 from ...counters import counters
 from ...ir.index import evaluate
 from .codegen import INDEX32_LIMIT, Program
+from .launch import direct_launch
 
 _MODULES: dict[tuple[str, bool], ModuleType] = {}
 
@@ -122,8 +123,9 @@ class BoundLaunch:
 
     On the GPU each launch keeps the kernels Triton compiled for it, keyed by device and by which
     tensor arguments are 16-byte aligned (what Triton specializes on, beside the scalar values
-    fixed here), and calls them through Triton's launcher directly: no argument binding, cache
-    key or launch metadata per call. The first launch of a new key goes through ``JITFunction.run``."""
+    fixed here), and launches them directly (``launch.direct_launch``): no argument binding, cache
+    key or launch metadata per call. The first launch of a new key compiles or loads the kernel
+    through ``JITFunction.warmup``."""
 
     def __init__(self, launcher: Launcher, syms: dict[str, int]):
         program = launcher.program
@@ -183,7 +185,7 @@ class _Step:
         self.fn, self.programs, self.template, self.tensors, self.tail, self.options = \
             fn, programs, args, tensors, tail, options
         self.dtypes = dtypes  # of the tensor arguments, in order
-        self.kernels: dict[tuple[int, int], tuple] = {}
+        self.kernels: dict[tuple[int, int], object] = {}  # (device, alignment bits) -> direct launch
 
     def arguments(self, buffers: dict, workspaces: dict) -> list:
         args = list(self.template)
@@ -196,29 +198,30 @@ class _Step:
         return self.fn.run(*args, *self.tail, grid=(self.programs,), warmup=False, **self.options)
 
     def launch(self, args: list, device: int, stream: int, hooked: bool) -> None:
+        if hooked:  # profilers hook JITFunction.run
+            self.launch_jit(args)
+            return
         aligned = 0
         for k, _, _ in self.tensors:
             aligned = aligned << 1 | (args[k].data_ptr() & 15 == 0)
-        fast = None if hooked else self.kernels.get((device, aligned))
+        fast = self.kernels.get((device, aligned))
         if fast is None:
-            kernel = self.launch_jit(args)
-            if not hooked:
-                self.kernels[(device, aligned)] = (kernel.run, kernel.function, kernel.packed_metadata)
-            return
-        run, function, metadata = fast
-        run(self.programs, 1, 1, stream, function, metadata, None, None, None, *args, *self.tail)
+            kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
+            fast = self.kernels[(device, aligned)] = direct_launch(kernel, device)
+        args.extend(self.tail)
+        fast(self.programs, stream, args)
 
     def warmup(self, device: int) -> None:
-        """Compile (and load) the kernel for aligned tensors of the dtypes ``fn`` expects."""
+        """Compile and load the kernel for aligned tensors of the dtypes ``fn`` expects."""
         key = (device, (1 << len(self.tensors)) - 1)
         if key in self.kernels:
             return
         args = list(self.template)  # Triton's warmup takes dtypes for tensors (aligned pointers)
         for (k, _, _), dtype in zip(self.tensors, self.dtypes):
             args[k] = dtype
-        with torch.cuda.device(device):  # warm-ups run in worker threads: load into this device
+        with torch.cuda.device(device):  # warm-ups run in worker threads: compile for this device
             kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
-            self.kernels[key] = (kernel.run, kernel.function, kernel.packed_metadata)
+        self.kernels[key] = direct_launch(kernel, device)
 
 
 def _current_stream(device: int) -> int:
