@@ -9,6 +9,7 @@ Then it measures the warm start of loopnest and of Inductor: a new process per g
 from the on-disk caches, timed after imports, CUDA init and a throwaway compile.
 
 Run on the device: python bench/gpu_suite.py [--tuned] [--copy-gbs 4281] [WORKLOAD ...]
+(``LOOPNEST_WARM_PROFILE=DIR`` writes a cProfile listing of each warm graph's first run there)
 Check the script itself on a CPU: TRITON_INTERPRET=1 python bench/gpu_suite.py --smoke softmax
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
 
 WARM = r"""
-import json, os, sys, time, torch
+import cProfile, json, os, pstats, sys, time, torch
 from loopnest.autotune.workloads import WORKLOADS
 backend, names = sys.argv[1], sys.argv[2:]
 options = {"backend": "triton", "tune": "off"} if backend == "loopnest" else None
@@ -51,12 +52,21 @@ for name in names:
     torch.cuda.synchronize()
     built = []
     opts = dict(options or {})
+    profile = cProfile.Profile() if os.environ.get("LOOPNEST_WARM_PROFILE") else None
+    def record(lowered):
+        built.append((time.perf_counter(), lowered.stats))
+        if profile:
+            profile.enable()
     if backend == "loopnest":
-        opts["recorder"] = lambda lowered: built.append((time.perf_counter(), lowered.stats))
+        opts["recorder"] = record
     t0 = time.perf_counter()
     fn = torch.compile(w.fn, backend=backend, options=opts or None)
     fn(*args); torch.cuda.synchronize()
     end = time.perf_counter()
+    if profile and built:  # the first run only: from loopnest handing its graph back to the end
+        profile.disable()
+        with open(os.path.join(os.environ["LOOPNEST_WARM_PROFILE"], name + ".txt"), "w") as f:
+            pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(40)
     out[name] = {"total": end - t0}
     if built:
         (t_built, stats), = built
