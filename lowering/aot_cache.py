@@ -44,6 +44,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra: str) -> str | Non
         return None
     if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
         return None
+    if any(n.op == "placeholder" and _symbolic(n.meta.get("example_value")) for n in gm.graph.nodes):
+        return None
     grad = torch.is_grad_enabled()
     parts = [f"format {FORMAT}", torch.__version__, extra, gm.code, f"grad {grad}",
              f"default dtype {torch.get_default_dtype()}", _autocast_state()]
@@ -52,10 +54,19 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra: str) -> str | Non
             return None
         if grad and x.requires_grad:
             return None  # AOTAutograd makes forward and backward graphs
-        if any(not isinstance(s, int) for s in (*x.shape, *x.stride(), x.storage_offset())):
-            return None  # symbolic shapes
+        if _symbolic(x):
+            return None
         parts.append(f"{x.dtype} {tuple(x.shape)} {x.stride()} {x.device} {x.requires_grad}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _symbolic(value) -> bool:
+    """True for a SymInt/SymFloat or a tensor with a symbolic size, stride or offset."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(not isinstance(s, int) for s in (*value.shape, *value.stride(), value.storage_offset()))
+    return False
 
 
 def _autocast_state() -> str:

@@ -98,6 +98,9 @@ def test_training_and_symbolic_graphs_are_not_keyed(cache):
     out.backward()
     assert_close(x.grad, 2 * x.detach(), "grad")
     _compile(lambda t: t.sin() + 1, torch.randn(5, 8), dynamic=True)
+    y = torch.randn(6, 8)
+    torch._dynamo.mark_dynamic(y, 0)
+    assert_close(_compile(lambda t: (t * 2).sum(1), y), (y * 2).sum(1), "marked dynamic")
     assert cache() == {"aot_cache_hits": 0, "aot_cache_misses": 0, "aot_cache_stores": 0}
 
 
