@@ -44,7 +44,7 @@ class AtenCompiler:
         self.options = options
         self.backend = backend
         self.graphs: list[LoweredGraph] = []
-        self._cache_entry: tuple | None = None  # (AOT cache key, Dynamo graph's input and output counts)
+        self._to_store: tuple | None = None  # (AOT cache key, Dynamo graph's input and output counts)
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
@@ -62,8 +62,10 @@ class AtenCompiler:
         return BoxedGraph(self.compile(gm, "bwd"))
 
     def inference(self, gm, example_inputs):
-        if self._cache_entry is not None:
-            aot_cache.store(*self._cache_entry[:1], gm, *self._cache_entry[1:])
+        if self._to_store is not None:
+            key, num_inputs, num_outputs = self._to_store
+            self._to_store = None
+            aot_cache.store(key, gm, num_inputs, num_outputs)
         lowered = self.compile(gm, "inf")
         if self.options.cudagraphs and self.backend == "triton":
             return CudaGraphBoxed(lowered)
@@ -80,7 +82,7 @@ class AtenCompiler:
             if cached is not None:
                 return _unboxed(self.inference(cached, None))
             outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-            self._cache_entry = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
+            self._to_store = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table())
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12

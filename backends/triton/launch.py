@@ -42,11 +42,12 @@ def runtime_parameters(kernel) -> list[int]:
     (e.g. an integer equal to 1)."""
     src = kernel.src
     names = list(src.fn.arg_names)
-    types = {(names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k)): v
-             for k, v in src.signature.items()}
-    constants = set()
-    for k in getattr(src, "constants", {}) or {}:
-        constants.add(names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k))
+
+    def position(key) -> int:  # Triton keys parameters by name, by index or by index path
+        return names.index(key) if isinstance(key, str) else (key[0] if isinstance(key, tuple) else key)
+
+    types = {position(k): v for k, v in src.signature.items()}
+    constants = {position(k) for k in getattr(src, "constants", None) or {}}
     return [i for i in range(len(names)) if types.get(i) != "constexpr" and i not in constants]
 
 
