@@ -5,4 +5,4 @@ source, launch parameters, how a config is interpreted). Winners measured under 
 are then found stale by the tuning DB: kept as warm starts, never served as measured.
 """
 
-CODEGEN_VERSION = 6
+CODEGEN_VERSION = 7

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
                        substitute_vars, walk)
 from ..ir.index import Index, as_var
+from ..ir.ops import Op
 from ..ir.nodes import BufferRef, Extern, Graph, Node, Pointwise, Reduction, domain_vars, interleave
 from .kernel import Kernel, KReduction, KStore
 
@@ -105,6 +106,11 @@ def inline_loads(body: Expr, bodies: dict[str, tuple[tuple[Index, ...], Expr]]) 
                 pvars, pbody = bodies[node.buffer]
                 return substitute_vars(pbody, {as_var(v): i for v, i in zip(pvars, index)})
             return Load(node.buffer, index, node.dtype)
+        if isinstance(node, Apply) and node.op is Op.CAST:
+            arg = visit(node.args[0])
+            if arg.dtype == node.dtype:  # a copy (or a cast of a cast) inlined: rounding twice is once
+                return arg
+            return node if arg is node.args[0] else Apply(Op.CAST, (arg,), node.dtype)
         return None
 
     return rewrite(body, fn)

@@ -88,3 +88,32 @@ def test_full_reduction_uses_thread_partials():
     assert "omp_get_thread_num" in src and "#pragma omp critical" in src
     a = torch.randn(1000)
     assert ln.compile(ln.max(abs(x)))(a) == a.abs().max()
+
+
+def test_bfloat16_rounding_matches_torch_bit_for_bit():
+    """Round to nearest even (ties both ways), overflow to inf, subnormals, signed zeros; NaN stays
+    NaN (eager's own bits for NaN differ between its scalar 0x7fc0 and vectorized 0xffff paths)."""
+    x = ln.placeholder("x", (16,), ln.float32)
+    to_bf16 = ln.compile(ln.cast(x * 1.0, ln.bfloat16), backend="cpp")
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF,
+                         0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000001,
+                         0x80000000, 0x00008000, 0x3F7FFFFF, 0x40490FDB], dtype=torch.int64)
+    a = bits.to(torch.int32).view(torch.float32)
+    got, want = to_bf16(a), a.to(torch.bfloat16)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan) and nan.sum() == 3
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+def test_copy_of_a_cast_rounds_once():
+    """A copy of a cast (AOTAutograd's pairs of convert_element_type) folds into the cast when
+    inlined: rounding to bfloat16 twice is rounding once."""
+    from loopnest.lowering.tensors import copy
+    x = ln.placeholder("x", (4, 64), ln.float32)
+    b = copy(ln.cast(x * 3.0, ln.bfloat16))
+    graph = GraphBuilder({"x": Layout.contiguous(x.shape)}).build([x], [b * b])
+    (kernel,) = schedule(graph).kernels
+    assert "cast(cast(" not in kernel.text() and "cast(" in kernel.text()
+    a = torch.randn(4, 64)
+    want = (a * 3.0).to(torch.bfloat16) * (a * 3.0).to(torch.bfloat16)
+    assert torch.equal(ln.compile(b * b, backend="cpp")(a), want)

@@ -142,11 +142,10 @@ PRELUDE = r"""
 #include <omp.h>
 
 static inline float ln_bf16_to_f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t ln_f_to_bf16(float f) {
+static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN -> 0x7fc0 as in c10
   uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)(f != f ? 0x7fc0u : rounded);  // a float compare and a blend once vectorized
 }
 template <class T> static inline T ln_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
