@@ -81,12 +81,12 @@ class CompiledGraph:
             key = tuple([a.shape for a in args])
             plan = self._plans.get(key)
         except AttributeError:  # not a tensor: check_inputs says which
-            plan = None
+            key = plan = None
         if plan is None or not self._accepts(args):
             plan = self.plan(self.check_inputs(args))
             if len(self._plans) >= MAX_PLANS:  # dynamic shapes seen at many sizes: start over
                 self._plans.clear()
-            self._plans[tuple(a.shape for a in args)] = plan
+            self._plans[key] = plan
         return plan.run(args, self.poison)
 
     def _accepts(self, args: Sequence[torch.Tensor]) -> bool:

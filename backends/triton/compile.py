@@ -206,8 +206,7 @@ class _Step:
             aligned = aligned << 1 | (args[k].data_ptr() & 15 == 0)
         fast = self.kernels.get((device, aligned))
         if fast is None:
-            kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
-            fast = self.kernels[(device, aligned)] = direct_launch(kernel, device)
+            fast = self.kernels[(device, aligned)] = self._load(args, device)
         args.extend(self.tail)
         fast(self.programs, stream, args)
 
@@ -219,9 +218,13 @@ class _Step:
         args = list(self.template)  # Triton's warmup takes dtypes for tensors (aligned pointers)
         for (k, _, _), dtype in zip(self.tensors, self.dtypes):
             args[k] = dtype
+        self.kernels[key] = self._load(args, device)
+
+    def _load(self, args: list, device: int):
+        """Compile (or find in Triton's cache) the kernel ``args`` specialize, loaded on ``device``."""
         with torch.cuda.device(device):  # warm-ups run in worker threads: compile for this device
             kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
-        self.kernels[key] = direct_launch(kernel, device)
+        return direct_launch(kernel, device)
 
 
 def _current_stream(device: int) -> int:
