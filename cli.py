@@ -16,13 +16,12 @@ import optuna
 import torch
 
 from .autotune import queries
-from .autotune.hardware import current_hardware, software_versions
-from .autotune.hooks import SPACE_MODULES, validate_stored_config
 from .autotune.options import SAMPLERS, TuneSettings
 from .autotune.report import write_report
 from .autotune.storage import open_db, resolve_url
-from .autotune.sweep import default_backend, sweep, target
+from .autotune.sweep import sweep, target
 from .autotune.workloads import SIZE_CLASSES, WORKLOADS, resolve
+from .backends import registry
 from .db.api import ImportRowError, WinnerRecord
 
 WINNER_COLUMNS = ("name", "kernel", "backend", "sizes", "dtypes", "time_us", "default_time_us", "speedup",
@@ -66,7 +65,7 @@ def winner_row(w: WinnerRecord) -> dict:
 
 # -- subcommands ------------------------------------------------------------------------------------
 def cmd_sweep(args) -> int:
-    backend = args.backend or default_backend()
+    backend = registry.get(args.backend) if args.backend else registry.for_this_machine()
     settings = TuneSettings(trials=args.trials, time_budget_s=args.time_budget, timeout_s=args.timeout,
                             sampler=args.sampler, db_url=resolve_url(args.db), study_prefix=args.study,
                             seed=args.seed, force=True, progress=not args.no_progress,
@@ -75,7 +74,7 @@ def cmd_sweep(args) -> int:
         resolve(spec)  # an unknown name is a usage error before anything runs
     rows, failed = [], []
     for spec in args.workloads:
-        print(f"sweeping {spec} on {backend} ...", file=sys.stderr)
+        print(f"sweeping {spec} on {backend.name} ...", file=sys.stderr)
         try:
             reports = sweep(target(spec, backend, args.size), backend, settings)
         except Exception as exc:  # noqa: BLE001 - one workload's failure must not lose the others
@@ -151,7 +150,7 @@ def cmd_db_import(args) -> int:
     db = open_db(resolve_url(args.db))
     try:
         with open(args.file) as fp:
-            count = db.import_jsonl(fp, validate_stored_config)
+            count = db.import_jsonl(fp, queries.validate_stored_config)
     except ImportRowError as exc:
         print(f"autotune: import failed, nothing imported: {exc}", file=sys.stderr)
         return 1
@@ -168,9 +167,8 @@ def cmd_db_gc(args) -> int:
 def cmd_hardware(args) -> int:
     rows = []
     for device in _devices():
-        hw = current_hardware(device)
-        backend = "triton" if device.startswith("cuda") else "cpp"
-        rows.append({"device": device, **hw.to_dict(), "software": software_versions(backend)})
+        backend = registry.for_device(device)
+        rows.append({"device": device, **backend.hardware(device).to_dict(), "software": backend.software()})
     emit(args, rows, ("device", "fingerprint", "kind", "name", "capability", "cores", "memory_bytes"))
     return 0
 
@@ -206,7 +204,7 @@ def _sweep_parser(sub) -> None:
                                    "issue's; the rest are matmul-free transformer pieces). "
                                    "module:function names a function returning (fn, example_inputs).")
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
-    p.add_argument("--backend", choices=sorted(SPACE_MODULES), help="default: triton with CUDA, else cpp")
+    p.add_argument("--backend", choices=registry.names(), help="default: triton with CUDA, else cpp")
     p.add_argument("--trials", type=int, default=24, help="configs measured per kernel (default 24)")
     p.add_argument("--time-budget", type=float, default=120.0, help="seconds per kernel (default 120)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per trial (default 60)")
@@ -226,7 +224,7 @@ def _db_parser(sub) -> None:
     specs: list[tuple[str, str, Callable, Callable]] = [
         ("list", "winners (one per tuning key)", cmd_db_list, lambda p: (
             p.add_argument("--kernel", help="structural hash prefix or name"),
-            p.add_argument("--backend", choices=sorted(SPACE_MODULES)),
+            p.add_argument("--backend", choices=registry.names()),
             p.add_argument("--stale", action="store_true", help="only winners marked stale"))),
         ("show", "a kernel's winners and trials", cmd_db_show,
          lambda p: p.add_argument("kernel", help="structural hash prefix or name")),

@@ -1,24 +1,54 @@
-"""The compile pipeline as a list of named passes: verify -> schedule -> codegen -> compile."""
+"""The compile pipeline as a list of named passes: verify -> schedule -> choose configs ->
+codegen + compile -> (tune -> rebuild)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
-import importlib
 import logging
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
 
-from . import settings
-from .autotune.options import GraphExample, TuneSettings, check_mode
-from .backends.registry import get_backend
-from .counters import counters
+import torch
+
+from .backends.base import Backend
+from .core import settings
+from .core.counters import counters
 from .ir.nodes import Graph
 from .ir.printer import format_graph
 from .ir.verify import verify
 from .runtime.compiled import CompiledGraph
+from .scheduler import Schedule
 from .scheduler import schedule as schedule_graph
 
 log = logging.getLogger("loopnest")
+
+
+@dataclass(frozen=True)
+class GraphExample:
+    """Example inputs of an IR graph for tuning, and PyTorch's outputs when known."""
+
+    inputs: tuple[torch.Tensor, ...]
+    expected: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class ConfigPlan:
+    """A tuner's answer for a schedule: typed configs by kernel name, a decision per kernel (where
+    its config came from, shown as ``CompiledGraph.tuning``), and the kernels it could tune."""
+
+    configs: dict[str, Any] = field(default_factory=dict)
+    decisions: dict[str, Any] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+
+
+class Tuner(Protocol):
+    """Chooses kernel configs at compile time; ``autotune.tuner_for`` makes the real ones."""
+
+    def lookup(self, schedule: Schedule, backend: Backend, example: GraphExample | None) -> ConfigPlan:
+        """Stored configs for the schedule's kernels; ``misses`` are worth a sweep."""
+
+    def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
+        """Tune ``kernels`` of ``compiled`` (or nothing, when this tuner only looks up)."""
 
 
 @contextlib.contextmanager
@@ -34,69 +64,45 @@ def gc_paused():
             gc.enable()
 
 
-def compile_graph(graph: Graph, backend: str = "cpp", name: str = "graph", configs=None, tune: str = "off",
-                  tuning: TuneSettings | None = None, example: GraphExample | None = None) -> CompiledGraph:
-    """Verify, fuse, generate and build ``graph``; ``configs`` maps kernel name -> config.
+def compile_graph(graph: Graph, backend: Backend, name: str = "graph", configs: Mapping[str, Any] | None = None,
+                  tuner: Tuner | None = None, example: GraphExample | None = None) -> CompiledGraph:
+    """Verify, fuse, choose configs, generate and build ``graph`` for ``backend``.
 
-    ``tune`` picks the configs of kernels not in ``configs``: "off" (the backend's heuristics),
-    "db" (exact winners from the tuning DB, validated; stale or nearest-shape winners are only
-    reported), "sweep" (as "db", then tune the misses on ``example`` inputs, or random ones checked
-    by the reference interpreter, and store their winners). ``tuning``: budgets, sampler and DB
-    (``autotune.TuneSettings``); ``example``: ``autotune.GraphExample`` (the graph's inputs and,
-    when known, PyTorch's outputs). ``compiled.tuning`` says where each kernel's config came from.
+    ``configs`` (kernel name -> config) win over everything; other kernels get what ``tuner``
+    finds (None: the backend's heuristics), and a tuner that sweeps tunes its misses on
+    ``example`` (inputs, and PyTorch's outputs when known). ``compiled.tuning`` says where each
+    kernel's config came from.
     """
-    check_mode(tune)
-    settings_ = tuning or TuneSettings()
-    be = get_backend(backend)
     with gc_paused():
         verify(graph)
         sched = schedule_graph(graph, name)
     explicit = dict(configs or {})
-    stored, decisions, misses = {}, {}, []
-    if tune != "off":
-        plan = _tuner().lookup_configs(sched, be, settings_, _tuner().example_env(graph, example))
-        stored, decisions, misses = plan.configs, plan.decisions, [k for k in plan.misses if k not in explicit]
-    chosen = _choose(sched, be, {**stored, **explicit})
-    compiled = _build(sched, be, chosen, name)
-    if tune == "sweep" and misses:
-        swept = _tuner().sweep_compiled(compiled, be, misses, settings_, example)
-        if swept:
-            decisions.update(swept)
-            tuned = {k.name: be.validate_config(k, swept[k.name].config) for k in sched.kernels if k.name in swept}
-            compiled = _build(sched, be, _choose(sched, be, {**stored, **tuned, **explicit}), name)
-    compiled.tuning = decisions
+    plan = tuner.lookup(sched, backend, example) if tuner is not None else ConfigPlan()
+    compiled = _build(sched, backend, {**plan.configs, **explicit}, name, plan.decisions)
+    misses = [k for k in plan.misses if k not in explicit]
+    if tuner is not None and misses:
+        swept = tuner.sweep(compiled, misses, example)
+        if swept.configs:
+            decisions = {**plan.decisions, **swept.decisions}
+            compiled = _build(sched, backend, {**plan.configs, **swept.configs, **explicit}, name, decisions)
     return compiled
 
 
-@functools.lru_cache(maxsize=None)
-def _tuner():
-    """The tuner's compile-time entry points (``autotune.compile_time``), imported on first use:
-    they bring SQLAlchemy, Alembic, Optuna and Triton's testing module (seconds of imports) that
-    compiles with ``tune="off"`` never need."""
-    return importlib.import_module("loopnest.autotune.compile_time")
-
-
-def _choose(sched, be, configs: dict) -> list:
-    return [(k, configs.get(k.name) or be.default_config(k)) for k in sched.kernels]
-
-
-def _build(sched, be, chosen: list, name: str) -> CompiledGraph:
-    launchers = be.compile(chosen)
+def _build(sched: Schedule, backend: Backend, configs: dict, name: str, decisions: dict) -> CompiledGraph:
+    chosen = [(k, configs.get(k.name) or backend.default_config(k)) for k in sched.kernels]
+    artifact = backend.compile(chosen)
     counters["graphs_compiled"] += 1
-    compiled = CompiledGraph(sched, launchers, be.device, name)
-    compiled.configs = dict((k.name, c) for k, c in chosen)
-    compiled.backend = be
-    compiled.tuning = {}
-    if settings.debug_enabled():
-        _write_debug(compiled, be, chosen)
+    compiled = CompiledGraph(sched, artifact, backend, name, {k.name: c for k, c in chosen}, decisions)
+    if settings.current().debug:
+        _write_debug(compiled, backend, chosen)
     return compiled
 
 
-def _write_debug(compiled: CompiledGraph, be, chosen) -> None:
-    root = settings.cache_dir() / "debug" / f"{compiled.name}_{id(compiled):x}"
+def _write_debug(compiled: CompiledGraph, backend: Backend, chosen) -> None:
+    root = settings.cache_dir("debug") / f"{compiled.name}_{id(compiled):x}"
     root.mkdir(parents=True, exist_ok=True)
     (root / "graph.txt").write_text(format_graph(compiled.graph) + "\n")
     (root / "kernels.txt").write_text("\n\n".join(k.text() for k, _ in chosen) + "\n")
     for k, c in chosen:
-        (root / f"{k.name}.src").write_text(be.codegen(k, c))
-    log.warning("loopnest debug: IR and generated source of %s written to %s", compiled.name, Path(root))
+        (root / f"{k.name}.src").write_text(backend.codegen(k, c))
+    log.warning("loopnest debug: IR and generated source of %s written to %s", compiled.name, root)

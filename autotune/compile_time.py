@@ -1,4 +1,5 @@
-"""Choosing kernel configs at compile time from the tuning DB (``tune="db"``) or a sweep.
+"""Choosing kernel configs at compile time: the ``pipeline.Tuner`` that loopnest's entry points
+pass down, looking winners up in the tuning DB (``tune="db"``) or also sweeping (``"sweep"``).
 
 ``tune="db"``: a kernel whose exact key has a winner measured with this software gets its
 config, validated against the backend's search space first (a tampered or corrupt row is skipped
@@ -16,20 +17,20 @@ from typing import Any, Sequence
 
 import torch
 
+from ..backends.base import Backend
+from ..core.timing import BenchOptions
 from ..db.api import LookupKind, TuningKey
 from ..ir.dtypes import Kind
 from ..ir.expr import Load, loads, walk
 from ..ir.index import Indirect, evaluate
 from ..ir.interpret import bind_symbols
 from ..ir.nodes import Extern, Graph
+from ..pipeline import ConfigPlan, GraphExample
 from ..runtime.compiled import CompiledGraph
 from ..scheduler import Schedule
-from .hardware import current_hardware, software_versions
 from .harness import GraphHarness
-from .measure import BenchOptions
-from .hooks import tuning_hooks
 from .keys import tuning_key
-from .options import GraphExample, TuneSettings
+from .options import TuneSettings, check_mode
 from .storage import db_exists, open_db, resolve_url
 from .tuner import GraphTuner
 
@@ -48,29 +49,36 @@ class Decision:
     note: str = ""
 
 
-@dataclass
-class Plan:
-    """Configs chosen so far, their decisions, and the kernels left to sweep."""
+class DbTuner:
+    """A ``pipeline.Tuner``: stored winners for ``tune="db"``, and a sweep of the misses too for
+    ``tune="sweep"`` (see the module docstring)."""
 
-    configs: dict[str, Any]
-    decisions: dict[str, Decision]
-    misses: list[str]
+    def __init__(self, mode: str, settings: TuneSettings | None = None):
+        self.mode = check_mode(mode)
+        self.settings = settings or TuneSettings()
+
+    def lookup(self, schedule: Schedule, backend: Backend, example: GraphExample | None) -> ConfigPlan:
+        return lookup_configs(schedule, backend, self.settings, example_env(schedule.graph, example))
+
+    def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
+        if self.mode != "sweep":
+            return ConfigPlan()
+        return sweep_compiled(compiled, kernels, self.settings, example)
 
 
-def device_of(backend) -> str:
-    """The torch device type a backend instance runs on."""
-    return "cuda" if backend.device == "cuda" else "cpu"
+def tuner_for(tune: str, settings: TuneSettings | None = None) -> DbTuner | None:
+    """The tuner for ``tune`` ("off": None, the backends' heuristics; "db"; "sweep")."""
+    return None if check_mode(tune) == "off" else DbTuner(tune, settings)
 
 
-def lookup_configs(schedule: Schedule, backend, settings: TuneSettings, env: dict[str, int]) -> Plan:
+def lookup_configs(schedule: Schedule, backend: Backend, settings: TuneSettings, env: dict[str, int]) -> ConfigPlan:
     """Exact DB winners for the schedule's kernels; every other kernel is a miss (default).
     With ``settings.force`` every kernel is also listed as a miss, so a sweep re-tunes it."""
     url = resolve_url(settings.db_url)
-    plan = Plan({}, {}, [])
-    hardware = current_hardware(device_of(backend))
+    plan = ConfigPlan()
+    hardware = backend.hardware()
     db = open_db(url) if db_exists(url) else None
-    software = software_versions(backend.name)
-    space_of = tuning_hooks(backend.name).search_space
+    software = backend.software()
     for kernel in schedule.kernels:
         key = tuning_key(kernel, backend.name, hardware, env)
         default = backend.default_config(kernel).to_json()
@@ -80,7 +88,7 @@ def lookup_configs(schedule: Schedule, backend, settings: TuneSettings, env: dic
             plan.misses.append(kernel.name)
             continue
         found = db.lookup(key, software)
-        decision, config = _decide(kernel, found, key, space_of(kernel, hardware), default)
+        decision, config = _decide(kernel, found, key, backend.space(kernel, hardware), default)
         plan.decisions[kernel.name] = decision
         if config is not None:
             plan.configs[kernel.name] = config
@@ -106,30 +114,28 @@ def _decide(kernel, found, key: TuningKey, space, default: dict) -> tuple[Decisi
     return Decision(kernel.name, "db", "exact", config.to_json(), f"{found.winner.time_us:.1f} us"), config
 
 
-def sweep_compiled(compiled: CompiledGraph, backend, kernels: Sequence[str], settings: TuneSettings,
-                   example: GraphExample | None) -> dict[str, Decision]:
+def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: TuneSettings,
+                   example: GraphExample | None) -> ConfigPlan:
     """Tune ``kernels`` of ``compiled`` on the example (or random) inputs; winners are stored."""
-    graph = compiled.graph
+    graph, backend = compiled.graph, compiled.backend
     if example is None:
         env = _static_env(graph)
         if env is None:
             log.warning("tune='sweep' needs example inputs for a graph with symbolic sizes; using defaults")
-            return {}
-        example = GraphExample(tuple(random_inputs(graph, env, device_of(backend))))
+            return ConfigPlan()
+        example = GraphExample(tuple(random_inputs(graph, env, backend.device)))
     inputs, expected = list(example.inputs), example.expected
-    harness = GraphHarness(compiled, lambda: list(compiled(*inputs)), expected,
-                           BenchOptions(budget_s=settings.measure_s))
-    db = open_db(resolve_url(settings.db_url))
-    tuner = GraphTuner(harness, backend, settings, db, current_hardware(device_of(backend)),
-                       software_versions(backend.name))
+    harness = GraphHarness(compiled, lambda g: list(g(*inputs)), expected, BenchOptions(budget_s=settings.measure_s))
+    tuner = GraphTuner(harness, settings, open_db(resolve_url(settings.db_url)))
     wanted = [k for k in compiled.schedule.kernels if k.name in kernels]
-    out = {}
+    plan = ConfigPlan()
     for kernel, report in zip(wanted, tuner.tune_all(wanted)):
         if report.config is not None:
             default = "-" if report.default_us is None else f"{report.default_us:.1f}"
-            out[kernel.name] = Decision(kernel.name, "sweep", report.lookup, report.config,
-                                        f"{report.best_us:.1f} us, default {default} us")
-    return out
+            plan.decisions[kernel.name] = Decision(kernel.name, "sweep", report.lookup, report.config,
+                                                   f"{report.best_us:.1f} us, default {default} us")
+            plan.configs[kernel.name] = backend.space(kernel, tuner.hardware).validate(report.config)
+    return plan
 
 
 def _static_env(graph: Graph) -> dict[str, int] | None:

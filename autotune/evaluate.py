@@ -12,11 +12,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..backends.base import Backend
+from ..core.timing import Timing
 from ..db.api import TrialState, TuningDB, TuningKey
 from ..scheduler.kernel import Kernel
 from .harness import CandidateFailed, GraphHarness
-from .hooks import TuningHooks
-from .measure import Timing
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class TrialRecorder:
 class KernelEvaluator:
     """Turns candidate configs of ``kernel`` into outcomes (see the module docstring)."""
 
-    def __init__(self, kernel: Kernel, backend, harness: GraphHarness, hooks: TuningHooks,
-                 timeout_s: float, workers: int, recorder: TrialRecorder | None = None):
-        self.kernel, self.backend, self.harness, self.hooks = kernel, backend, harness, hooks
+    def __init__(self, kernel: Kernel, backend: Backend, harness: GraphHarness, timeout_s: float, workers: int,
+                 recorder: TrialRecorder | None = None):
+        self.kernel, self.backend, self.harness = kernel, backend, harness
         self.timeout_s, self.workers, self.recorder = timeout_s, workers, recorder
 
     def invalid(self, values: dict, reason: str) -> Outcome:
@@ -82,10 +82,10 @@ class KernelEvaluator:
                 for n, (config, failure) in enumerate(zip(configs, built))]
 
     def _prebuild(self, configs: Sequence[Any]) -> list[Outcome | None]:
-        if self.hooks.prebuild is None:
+        if not self.backend.can_prebuild:
             return [None] * len(configs)
         with concurrent.futures.ThreadPoolExecutor(max(1, min(self.workers, len(configs)))) as pool:
-            futures = [pool.submit(self.hooks.prebuild, self.kernel, c, self.timeout_s) for c in configs]
+            futures = [pool.submit(self.backend.prebuild, self.kernel, c, self.timeout_s) for c in configs]
             results = [self._build_outcome(c, f) for c, f in zip(configs, futures)]
         return results
 
@@ -114,7 +114,7 @@ class KernelEvaluator:
 
     def _verify_and_time(self, config: Any) -> Outcome:
         try:
-            launcher = self.backend.compile([(self.kernel, config)])[self.kernel.name]
+            launcher = self.backend.compile([(self.kernel, config)]).launchers[self.kernel.name]
         except Exception as exc:  # noqa: BLE001 - a candidate's build failure is its trial's result
             return Outcome(TrialState.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"[-4000:])
         try:

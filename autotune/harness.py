@@ -12,20 +12,19 @@ real inputs without running the rest of the graph. Verification of a candidate:
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from ..backends.base import Launcher
+from ..core.counters import counters
+from ..core.timing import BenchOptions, Timing
 from ..ir.interpret import KernelInterpreter
 from ..runtime.compiled import CompiledGraph
 from ..scheduler.kernel import Kernel
-from .measure import BenchOptions, Timing, benchmark
 from .verify import Check, compare, poisoned_like
-
-Launcher = Callable[[dict, dict], None]
 
 
 @dataclass
@@ -43,9 +42,10 @@ class CandidateFailed(RuntimeError):
 
 
 class GraphHarness:
-    """Runs ``compiled`` through ``run`` (which returns the flat outputs) and records its kernels."""
+    """Runs ``compiled`` (or a copy of it with a candidate swapped in) through ``run``, which
+    returns the flat outputs, and records its kernels."""
 
-    def __init__(self, compiled: CompiledGraph, run: Callable[[], Sequence[torch.Tensor]],
+    def __init__(self, compiled: CompiledGraph, run: Callable[[CompiledGraph], Sequence[torch.Tensor]],
                  expected: Sequence[torch.Tensor] | None = None, bench: BenchOptions = BenchOptions()):
         self.compiled = compiled
         self.run = run
@@ -58,29 +58,6 @@ class GraphHarness:
     def device(self) -> str:
         return self.compiled.device
 
-    @contextlib.contextmanager
-    def swapped(self, overrides: dict[str, Launcher]) -> Iterator[None]:
-        """Run the graph with some kernels' launchers replaced."""
-        graph = self.compiled
-        saved = graph.launchers, graph.steps
-        launchers = {**graph.launchers, **overrides}
-        graph.launchers = launchers
-        graph.steps = [(s, None if launch is None else launchers[s.name]) for s, launch in saved[1]]
-        try:
-            yield
-        finally:
-            graph.launchers, graph.steps = saved
-
-    @contextlib.contextmanager
-    def poisoned(self) -> Iterator[None]:
-        """Every buffer the graph allocates starts poisoned (NaN or a sentinel)."""
-        saved = self.compiled.poison
-        self.compiled.poison = True
-        try:
-            yield
-        finally:
-            self.compiled.poison = saved
-
     def _record(self) -> dict[str, KernelCall]:
         calls: dict[str, KernelCall] = {}
 
@@ -92,8 +69,8 @@ class GraphHarness:
             return record
 
         kernels = self.compiled.schedule.kernels
-        with self.swapped({k.name: recorder(k, self.compiled.launchers[k.name]) for k in kernels}):
-            self.run()
+        self.run(self.compiled.with_launchers({k.name: recorder(k, self.compiled.launchers[k.name])
+                                               for k in kernels}))
         missing = [k.name for k in kernels if k.name not in calls]
         if missing:
             raise RuntimeError(f"kernels {missing} did not run on the example inputs")
@@ -104,8 +81,7 @@ class GraphHarness:
         start = time.perf_counter()
         try:
             if self.expected is not None:
-                with self.swapped({kernel.name: launcher}), self.poisoned():
-                    got = list(self.run())
+                got = list(self.run(self.compiled.with_launchers({kernel.name: launcher}, poison=True)))
                 elapsed = time.perf_counter() - start
                 return compare(got, self.expected), elapsed
             got = self.run_alone(kernel, launcher)
@@ -132,6 +108,7 @@ class GraphHarness:
         return self._references[kernel.name]
 
     def time(self, kernel: Kernel, launcher: Launcher) -> Timing:
-        """Time ``launcher`` alone on the recorded (populated) buffers."""
+        """Time ``launcher`` alone on the recorded (populated) buffers, as its backend times."""
         call = self.calls[kernel.name]
-        return benchmark(launcher, call.buffers, call.syms, self.device, self.bench)
+        counters["benchmarks_run"] += 1
+        return self.compiled.backend.time(lambda: launcher(call.buffers, call.syms), self.bench)

@@ -4,9 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
-
-TUNE_MODES = ("off", "db", "sweep")
+TUNE_MODES = ("off", "db", "sweep")  # heuristics only; stored winners; winners, then tune the misses
 SAMPLERS = ("auto", "tpe", "grid", "random", "cmaes")
 
 
@@ -58,11 +56,3 @@ def check_mode(tune: str) -> str:
     if tune not in TUNE_MODES:
         raise ValueError(f"tune must be one of {TUNE_MODES}, got {tune!r}")
     return tune
-
-
-@dataclass(frozen=True)
-class GraphExample:
-    """Example inputs of an IR graph for ``tune="sweep"``, and PyTorch's outputs when known."""
-
-    inputs: tuple[torch.Tensor, ...]
-    expected: tuple[torch.Tensor, ...] | None = None

@@ -4,11 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from ..db.api import LookupResult, TuningDB, TuningKey, WinnerRecord
-from .hardware import current_hardware, software_versions
-from .hooks import SPACE_MODULES
+from ..backends import registry
+from ..db.api import HardwareInfo, LookupResult, TuningDB, TuningKey, WinnerRecord
 
 
 def kernel_winners(db: TuningDB, ident: str) -> list[WinnerRecord]:
@@ -27,9 +24,14 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def device_for(backend: str) -> str:
-    """The device whose hardware a ``backend``'s winners were measured on, on this machine."""
-    return "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
+def validate_stored_config(backend: str, config: dict, hardware: HardwareInfo) -> None:
+    """A ``db.api.ConfigValidator``: raise ValueError unless ``config`` is a valid config of
+    ``backend`` on the ``hardware`` it was tuned on (checks that need the kernel's IR run when a
+    machine that holds it serves the row)."""
+    try:
+        registry.get(backend).config_from_json(dict(config), hardware)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid {backend} config {config}: {exc}") from None
 
 
 def best(db: TuningDB, ident: str, sizes: tuple[int, ...]) -> list[LookupResult]:
@@ -40,8 +42,9 @@ def best(db: TuningDB, ident: str, sizes: tuple[int, ...]) -> list[LookupResult]
         if (w.kernel_hash, w.backend, w.dtypes) in seen:
             continue
         seen.add((w.kernel_hash, w.backend, w.dtypes))
-        key = TuningKey(w.kernel_hash, w.backend, sizes, w.dtypes, current_hardware(device_for(w.backend)))
-        out.append(db.lookup(key, software_versions(w.backend)))
+        backend = registry.get(w.backend)
+        out.append(db.lookup(TuningKey(w.kernel_hash, w.backend, sizes, w.dtypes, backend.hardware()),
+                             backend.software()))
     return out
 
 
@@ -55,10 +58,12 @@ class StaleWinner:
 
 def stale_winners(db: TuningDB) -> list[StaleWinner]:
     """Winners marked stale, or whose software differs from this machine's current versions."""
-    current = {b: software_versions(b) for b in SPACE_MODULES}
+    current: dict[str, dict] = {}  # only the backends the DB holds winners of (triton is slow to import)
     out = []
     for w in db.winners():
-        now = current.get(w.backend, {})
+        if w.backend not in current:
+            current[w.backend] = registry.get(w.backend).software() if w.backend in registry.names() else {}
+        now = current[w.backend]
         changed = {k: (w.software.get(k), now.get(k)) for k in set(w.software) | set(now)
                    if w.software.get(k) != now.get(k)}
         if changed or w.stale:

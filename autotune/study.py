@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 from ..db.api import TrialState
 from .evaluate import Outcome
-from .measure import Timing
+from ..core.timing import Timing
 from .options import TuneSettings
-from .space import InvalidConfig, SearchSpace, config_key
+from ..core.space import InvalidConfig, Knob, SearchSpace, config_key
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 log = logging.getLogger("loopnest.autotune")
@@ -71,13 +71,25 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
+def grid_values(knob: Knob) -> list:
+    """The knob's values as Optuna parameters (ordered knobs by index)."""
+    return list(range(len(knob.choices))) if knob.ordered else list(knob.choices)
+
+
+def suggest(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
+    """Knob values Optuna proposes for ``trial`` (ordered knobs as an integer index, neighbours
+    adjacent for TPE and CMA-ES; others as categoricals)."""
+    return {k.name: k.choices[trial.suggest_int(k.name, 0, len(k.choices) - 1)] if k.ordered
+            else trial.suggest_categorical(k.name, k.choices) for k in space.knobs}
+
+
 def make_sampler(name: str, space: SearchSpace, trials: int, seed: int | None) -> optuna.samplers.BaseSampler:
     """TPE (default), an exhaustive grid ("auto" picks it when the space fits the budget),
     random, or CMA-ES (categorical knobs fall back to random sampling)."""
     if name == "auto":
         name = "grid" if space.size <= trials else "tpe"
     if name == "grid":
-        return AskTellGridSampler({k.name: k.grid() for k in space.knobs}, seed=seed)
+        return AskTellGridSampler({k.name: grid_values(k) for k in space.knobs}, seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
@@ -262,7 +274,7 @@ class StudyLoop:
             trial = _ask(self.study)
             heartbeat.add(trial)  # from now on a dead sweep's trial is found stale
             self.result.asked += 1
-            values = self.space.suggest(trial)
+            values = suggest(self.space, trial)
             self.seen.add(_params_key(trial))
             try:
                 config = self.space.config(values)

@@ -15,16 +15,15 @@ from typing import Any
 
 import optuna
 
+from ..core.space import SearchSpace, config_key
 from ..db.api import HardwareInfo, LookupKind, TrialState, TuningDB, TuningKey
 from ..db.models import utcnow
 from ..runtime.compiled import CompiledGraph
 from ..scheduler.kernel import Kernel
 from .evaluate import KernelEvaluator, Outcome, TrialRecorder
 from .harness import GraphHarness
-from .hooks import tuning_hooks
 from .keys import study_name, software_tag, tuning_key
 from .options import TuneSettings
-from .space import SearchSpace, config_key
 from .storage import open_study, optuna_storage
 from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler, previous_results
 
@@ -69,15 +68,15 @@ class KernelReport:
 
 
 class GraphTuner:
-    """Tunes the kernels of ``harness.compiled`` on ``backend`` (a backend instance)."""
+    """Tunes the kernels of ``harness.compiled`` on its backend, on this machine's hardware."""
 
-    def __init__(self, harness: GraphHarness, backend, settings: TuneSettings, db: TuningDB,
-                 hardware: HardwareInfo, software: dict[str, Any], label: str = ""):
-        self.harness, self.backend, self.settings = harness, backend, settings
+    def __init__(self, harness: GraphHarness, settings: TuneSettings, db: TuningDB, label: str = ""):
+        self.harness, self.backend, self.settings = harness, harness.compiled.backend, settings
         self.label = label or harness.compiled.name
-        self.db, self.hardware, self.software = db, hardware, software
-        self.hooks = tuning_hooks(backend.name)
-        self.tag = software_tag(software)
+        self.db = db
+        self.hardware: HardwareInfo = self.backend.hardware(harness.device)
+        self.software: dict[str, Any] = self.backend.software()
+        self.tag = software_tag(self.software)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.storage = optuna_storage(db.url, settings.heartbeat_s, settings.grace_s)
@@ -101,7 +100,7 @@ class GraphTuner:
         key = self.key(kernel)
         display = f"{self.label}/{kernel.name}"
         self.db.register_kernel(key.kernel_hash, key.backend, display, kernel.text())
-        space = self.hooks.search_space(kernel, self.hardware)
+        space = self.backend.space(kernel, self.hardware)
         default = self.backend.default_config(kernel)
         lookup = self.db.lookup(key, self.software)
         name = study_name(self.settings.study_prefix, key)
@@ -110,7 +109,7 @@ class GraphTuner:
         self.recover(study, key)
         enqueue_warm_starts(study, space, self.warm_starts(space, default, lookup, key))
         recorder = TrialRecorder(self.db, key, name)
-        evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.hooks, self.settings.timeout_s,
+        evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.settings.timeout_s,
                                     self.settings.workers, recorder)
         result = StudyLoop(study, space, evaluator, self.settings, self.tag, display).run()
         ok, failed = result.counts
@@ -165,12 +164,12 @@ class GraphTuner:
         """Re-time the best config against the default, alternating; the faster (verified) one wins.
 
         Returns ((config, outcome), time_us, default_us or None when the default failed)."""
-        best_launcher = self.backend.compile([(kernel, best[0])])[kernel.name]
+        best_launcher = self.backend.compile([(kernel, best[0])]).launchers[kernel.name]
         if default_outcome is None or not default_outcome.ok or best[0] == default:
             time_us = min(self.harness.time(kernel, best_launcher).p50_us for _ in range(2))
             default_us = time_us if best[0] == default else None
             return best, time_us, default_us
-        default_launcher = self.backend.compile([(kernel, default)])[kernel.name]
+        default_launcher = self.backend.compile([(kernel, default)]).launchers[kernel.name]
         best_times, default_times = [], []
         for _ in range(2):
             default_times.append(self.harness.time(kernel, default_launcher).p50_us)

@@ -12,6 +12,8 @@ from typing import Sequence
 
 import torch
 
+from ..runtime.compiled import poison_value
+
 # dtype -> (atol, rtol, scale)
 TOLERANCES = {
     torch.float16: (2e-3, 2e-3, 1e-3),
@@ -19,7 +21,6 @@ TOLERANCES = {
     torch.float32: (1e-5, 1e-4, 1e-5),
     torch.float64: (1e-9, 1e-9, 1e-10),
 }
-POISON_INT = -77
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,8 @@ class Check:
 
 
 def poison(t: torch.Tensor) -> torch.Tensor:
-    """Fill ``t`` with NaN (floats), ``POISON_INT`` (integers) or True (bools), in place."""
-    if t.dtype.is_floating_point:
-        return t.fill_(float("nan"))
-    if t.dtype == torch.bool:
-        return t.fill_(True)
-    return t.fill_(POISON_INT if t.dtype != torch.uint8 else 77)
+    """Fill ``t`` with its dtype's poison value (``runtime.compiled.poison_value``), in place."""
+    return t.fill_(poison_value(t.dtype))
 
 
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:

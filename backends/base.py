@@ -1,28 +1,95 @@
-"""The one interface every code generator implements."""
+"""The one interface every code generator implements, and what its compile returns.
+
+Everything the rest of loopnest asks of a backend goes through ``Backend``: which device and
+hardware it serves, a kernel's search space and default config, config validation, codegen,
+compile, the timing of one launch, and the software versions that make a tuned winner stale.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+import functools
+import hashlib
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+import torch
+
+from ..core.hardware import HardwareInfo, HardwareKind
+from ..core.space import SearchSpace
+from ..core.timing import BenchOptions, Timing
 from ..scheduler.kernel import Kernel
 
 # A launcher runs one kernel: launcher(buffers: dict[name, torch.Tensor], syms: dict[name, int]).
 Launcher = Callable[[dict, dict], None]
+Config = Any  # a backend's frozen config dataclass (to_json / from_json)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What ``Backend.compile`` built for some kernels of a graph: a launcher per kernel name, and
+    the files on disk (generated sources; shared libraries when the backend links ahead)."""
+
+    launchers: Mapping[str, Launcher]
+    sources: tuple[Path, ...] = ()
+    libraries: tuple[Path, ...] = ()
 
 
 class Backend(Protocol):
-    """Code generation, compilation and launch for one kind of device."""
+    """Code generation, compilation, launch and timing for one kind of device."""
 
-    name: str
-    device: str
+    name: str                    # "cpp", "triton": the key of its winners in the tuning DB
+    hardware_kind: HardwareKind  # the hardware its winners are measured on
+    can_prebuild: bool           # compiles candidates ahead, in other processes (``prebuild``)
 
-    def default_config(self, kernel: Kernel) -> Any:
+    @property
+    def device(self) -> str:
+        """The torch device type its kernels take tensors on ("cpu", "cuda")."""
+
+    def hardware(self, device: str | None = None) -> HardwareInfo:
+        """The machine ``device`` (default: the backend's device) as the tuning DB keys it."""
+
+    def software(self) -> dict[str, Any]:
+        """Versions whose change makes a stored winner stale (compiler actually used, codegen)."""
+
+    def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
+        """The tunable knobs of ``kernel`` on ``hardware``; the default config is a point of it."""
+
+    def default_config(self, kernel: Kernel) -> Config:
         """The heuristic config used when the tuning database has no entry."""
 
-    def validate_config(self, kernel: Kernel, data: dict) -> Any:
-        """A config built from stored JSON, or ValueError if it is not valid for ``kernel``."""
+    def config_from_json(self, data: Mapping[str, Any], hardware: HardwareInfo) -> Config:
+        """A config from stored JSON, bounded by the ``hardware`` it was tuned on (not this
+        machine); ValueError if invalid. Checks that need the kernel are ``space(...).validate``."""
 
-    def codegen(self, kernel: Kernel, config: Any) -> str:
+    def codegen(self, kernel: Kernel, config: Config) -> str:
         """Source code of one kernel."""
 
-    def compile(self, kernels: Sequence[tuple[Kernel, Any]]) -> dict[str, Launcher]:
-        """Build all kernels of a graph together; launchers keyed by kernel name."""
+    def compile(self, kernels: Sequence[tuple[Kernel, Config]]) -> Artifact:
+        """Build the kernels of a graph together."""
+
+    def prebuild(self, kernel: Kernel, config: Config, timeout: float | None) -> None:
+        """Compile one candidate into the code cache ahead of its measurement (only when
+        ``can_prebuild``); raises the backend's compile error or a TimeoutError."""
+
+    def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
+        """Quantiles of ``run()``'s time, measured the way this device must be measured."""
+
+
+def software_versions(**extra: Any) -> dict[str, Any]:
+    """The versions every backend's winners depend on, plus the backend's own ``extra``."""
+    return {"torch": str(torch.__version__), "python": platform.python_version(), **extra}
+
+
+@functools.cache
+def source_digest(*folders: Path) -> str:
+    """A digest of the Python sources under ``folders``: a backend's codegen version.
+
+    Derived, not bumped by hand: any change to the code that generates or launches a kernel (or
+    interprets its config) makes winners measured before it stale, so none is served unmeasured.
+    """
+    h = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.py")) if Path(folder).is_dir() else [Path(folder)]:
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]

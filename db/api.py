@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -22,6 +21,7 @@ import platformdirs
 from sqlalchemy import ColumnElement, Select, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from loopnest.core import settings
 from loopnest.db.engine import (
     UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
 )
@@ -48,10 +48,7 @@ class UnknownKernelError(LookupError):
 
 def default_db_url() -> str:
     """``$LOOPNEST_DB`` if set, else a SQLite file ``tuning.db`` in the user cache dir."""
-    env = os.environ.get("LOOPNEST_DB")
-    if env:
-        return env
-    return f"sqlite:///{Path(platformdirs.user_cache_dir('loopnest')) / 'tuning.db'}"
+    return settings.current().db_url or f"sqlite:///{Path(platformdirs.user_cache_dir('loopnest')) / 'tuning.db'}"
 
 
 class TuningDB:

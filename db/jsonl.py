@@ -13,7 +13,7 @@ from typing import Any
 
 from loopnest.db.records import HardwareInfo, WinnerRecord, json_object, positive_float
 
-ConfigValidator = Callable[[str, dict[str, Any]], None]
+ConfigValidator = Callable[[str, dict[str, Any], HardwareInfo], None]  # (backend, config, tuned-on hardware)
 _HARDWARE_FIELDS = ("kind", "name", "capability", "cores", "memory_bytes", "fingerprint")
 
 
@@ -113,7 +113,7 @@ def parse_row(text: str, validate_config: ConfigValidator) -> WinnerRecord:
         raise ValueError(f"unknown fields {unknown}, missing fields {missing}")
     v = {k: parse(row[k], k) for k, (parse, _) in _FIELDS.items() if k in row}
     try:
-        validate_config(v["backend"], v["config"])
+        validate_config(v["backend"], v["config"], v["hardware"])
     except Exception as exc:  # the validator's own error type is the backend's business
         raise ValueError(f"config rejected by the {v['backend']} validator: {exc}") from exc
     record = WinnerRecord(

@@ -6,7 +6,6 @@ the database layer.
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -14,14 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from loopnest.core.hardware import HardwareInfo, HardwareKind  # noqa: F401 - part of db's API
 from loopnest.db.models import TrialState
-
-
-class HardwareKind(enum.StrEnum):
-    """Device family a timing was measured on."""
-
-    CPU = "cpu"
-    CUDA = "cuda"
 
 
 class LookupKind(enum.StrEnum):
@@ -60,46 +53,6 @@ def positive_float(value: Any, what: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{what} must be finite and > 0, got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class HardwareInfo:
-    """A machine model. Its fingerprint is what tuning keys compare.
-
-    GPU fingerprint: name, compute capability, multiprocessor count, memory size. CPU
-    fingerprint: model name, ISA flags codegen uses, core count; the RAM size is recorded but
-    left out of it (it varies with kernel reservations and does not change which config wins).
-    """
-
-    kind: str
-    name: str
-    capability: str
-    cores: int
-    memory_bytes: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", HardwareKind(self.kind).value)  # ValueError if unknown
-        for attr in ("cores", "memory_bytes"):
-            value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"HardwareInfo.{attr} must be an int >= 0, got {value!r}")
-        for attr in ("name", "capability"):
-            if not isinstance(getattr(self, attr), str):
-                raise ValueError(f"HardwareInfo.{attr} must be a str")
-
-    @property
-    def fingerprint(self) -> str:
-        """Stable 20-hex-digit digest identifying this machine model."""
-        memory = 0 if self.kind == HardwareKind.CPU else self.memory_bytes
-        fields = [str(self.kind), self.name, self.capability, self.cores, memory]
-        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:20]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form, fingerprint included."""
-        return {
-            "kind": str(self.kind), "name": self.name, "capability": self.capability,
-            "cores": self.cores, "memory_bytes": self.memory_bytes, "fingerprint": self.fingerprint,
-        }
 
 
 @dataclass(frozen=True)

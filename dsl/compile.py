@@ -5,6 +5,8 @@ from typing import Sequence
 
 import torch
 
+from ..backends import registry
+from ..backends.base import Backend
 from ..ir.index import Index, contiguous_strides
 from ..ir.nodes import Layout
 from ..pipeline import compile_graph
@@ -16,7 +18,7 @@ from .tensor import PlaceholderSrc, Tensor, placeholders_in_creation_order
 class CompiledFunction:
     """The callable ``ln.compile`` returns. A new input stride pattern compiles once more."""
 
-    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], backend: str, single: bool,
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], backend: Backend, single: bool,
                  name: str):
         self.outputs = list(outputs)
         self.inputs = list(inputs)
@@ -86,7 +88,8 @@ def _check_overlap(name: str, a: torch.Tensor) -> None:
         extent = s * n
 
 
-def compile(outputs, inputs: Sequence[Tensor] | None = None, backend: str = "cpp", name: str = "dsl"):  # noqa: A001
+def compile(outputs, inputs: Sequence[Tensor] | None = None, backend: str | Backend = "cpp",  # noqa: A001
+            name: str = "dsl"):
     """Compile DSL ``outputs`` (one tensor, or a list/tuple) into a callable on torch tensors.
 
     ``inputs`` defaults to the placeholders the outputs use, in creation order; the callable takes
@@ -102,4 +105,4 @@ def compile(outputs, inputs: Sequence[Tensor] | None = None, backend: str = "cpp
     for t in inputs:
         if not isinstance(t, Tensor) or not isinstance(t.src, PlaceholderSrc):
             raise TypeError(f"ln.compile inputs must be placeholders, got {t!r}")
-    return CompiledFunction(outs, list(inputs), backend, single, name)
+    return CompiledFunction(outs, list(inputs), registry.resolve(backend), single, name)

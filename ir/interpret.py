@@ -327,7 +327,7 @@ def _run_extern(node: Extern, values: dict[str, torch.Tensor], graph: Graph, env
         t = values[ref.name]
         return t if ref.layout is None else _strided(t, ref.layout, env)
 
-    for name, value in zip(node.outs, node.call(tensor_of)):
+    for name, value in zip(node.outs, node.call(tensor_of, env)):
         out = _allocate(graph.buffers[name], env)
         out.copy_(value)
         values[name] = out

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .dtypes import DType
 from .expr import Expr
-from .index import Index, IntLike, Sym, Var, contiguous_strides, product, recombine_divmod
+from .index import Index, IntLike, Sym, Var, contiguous_strides, evaluate, product, recombine_divmod
 from .ops import ReduceOp
 
 
@@ -213,11 +213,14 @@ class Extern:
     def outputs(self) -> tuple[str, ...]:
         return self.outs
 
-    def call(self, tensor_of: Callable[["BufferRef"], Any]) -> tuple:
-        """Run ``fn`` with every BufferRef replaced by ``tensor_of(ref)``; its results as a tuple."""
+    def call(self, tensor_of: Callable[["BufferRef"], Any], env: Mapping[str, int]) -> tuple:
+        """Run ``fn`` with every BufferRef replaced by ``tensor_of(ref)`` and every size by its
+        value under the symbol values ``env``; its results as a tuple."""
         def resolve(a):
             if isinstance(a, BufferRef):
                 return tensor_of(a)
+            if isinstance(a, Index):
+                return evaluate(a, env)
             if isinstance(a, (list, tuple)):
                 return type(a)(resolve(x) for x in a)
             return a

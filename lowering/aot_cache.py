@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
-from .. import settings
-from ..counters import counters
+from ..core import settings
+from ..core.counters import counters
+from ..core.files import atomic_write
 
 log = logging.getLogger("loopnest")
 
@@ -31,8 +30,8 @@ FORMAT = 1  # bump when the key or the entry changes meaning
 
 
 def enabled() -> bool:
-    """False when ``LOOPNEST_AOT_CACHE=0``."""
-    return os.environ.get("LOOPNEST_AOT_CACHE", "1") not in ("0", "")
+    """False when ``LOOPNEST_AOT_CACHE`` is off."""
+    return settings.current().aot_cache
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs, extra: str) -> str | None:
@@ -78,7 +77,7 @@ def _autocast_state() -> str:
 
 
 def _path(key: str) -> Path:
-    return settings.cache_dir() / "aot" / key[:2] / f"{key}.pkl"
+    return settings.cache_dir("aot") / key[:2] / f"{key}.pkl"
 
 
 def load(key: str) -> torch.fx.GraphModule | None:
@@ -114,12 +113,7 @@ def store(key: str, gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int)
         log.debug("loopnest: AOT cache skips %s: %s: %s", key[:12], type(e).__name__, e)
         counters["aot_cache_unpicklable"] += 1
         return False
-    path = _path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(_path(key), data)
     counters["aot_cache_stores"] += 1
     return True
 

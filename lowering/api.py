@@ -1,4 +1,5 @@
-"""``loopnest.compile_fx``: compile an FX graph (make_fx, Dynamo/AOTAutograd) or an ExportedProgram."""
+"""Compiling an FX graph (make_fx, Dynamo/AOTAutograd) or an ExportedProgram into a callable
+(``loopnest.compile_fx`` is this with options made from strings)."""
 from __future__ import annotations
 
 import operator
@@ -19,17 +20,13 @@ from .options import CompileOptions
 from .runner import LoweredGraph
 
 
-def compile_fx(gm, example_inputs: Sequence | None = None, backend: str | None = None, tune: str = "db",
-               tuning: dict | None = None):
+def compile_fx(gm, example_inputs: Sequence | None, options: CompileOptions):
     """Compile ``gm`` with loopnest; returns a callable with ``gm``'s calling convention.
 
     ``gm``: an ATen graph (``make_fx``, AOTAutograd), a torch-level Dynamo graph (run through
     AOTAutograd here, so it trains), or an ``ExportedProgram`` (parameters and buffers bound from
-    the program; the callable takes the user inputs). ``backend``: "cpp" or "triton" (default: by
-    the inputs' device). ``tune``: "off" (heuristics), "db" (stored winners) or "sweep" (tune what
-    the tuning DB lacks); ``tuning``: ``autotune.TuneSettings`` fields as a dict (trials, db_url, ...).
+    the program; the callable takes the user inputs).
     """
-    options = CompileOptions(backend=backend, tune=tune, tuning=tuning)
     if isinstance(gm, ExportedProgram):
         return _compile_exported(gm, options)
     if not isinstance(gm, torch.fx.GraphModule):

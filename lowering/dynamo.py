@@ -1,9 +1,7 @@
-"""The ``torch.compile(backend="loopnest")`` backend (registered as an entry point in pyproject).
-
-Dynamo hands over a torch-level graph; AOTAutograd functionalizes it, applies the decomposition
-table and partitions it into forward and backward ATen graphs, each lowered and compiled here.
-Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``).
-Options: ``torch.compile(model, backend="loopnest", options={"backend": "cpp", "tune": "db"})``.
+"""Compiling Dynamo's torch-level graphs: AOTAutograd functionalizes them, applies the
+decomposition table and partitions them into forward and backward ATen graphs, each lowered and
+compiled here. Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``).
+The ``torch.compile(backend="loopnest")`` entry point is ``loopnest.api.loopnest_backend``.
 """
 from __future__ import annotations
 
@@ -15,9 +13,9 @@ from torch._functorch import config as functorch_config
 
 from . import aot_cache
 from .decompositions import decomposition_table, table_fingerprint
-from .options import CompileOptions
-from ..autotune.options import TuneSettings
+from ..backends.base import Backend
 from ..runtime.cudagraphs import CudaGraphRunner
+from .options import CompileOptions
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
 
 
@@ -40,7 +38,7 @@ class CudaGraphBoxed:
 class AtenCompiler:
     """Compiles the ATen graphs AOTAutograd produces (forward, backward or inference)."""
 
-    def __init__(self, options: CompileOptions, backend: str):
+    def __init__(self, options: CompileOptions, backend: Backend):
         self.options = options
         self.backend = backend
         self.graphs: list[LoweredGraph] = []
@@ -48,8 +46,7 @@ class AtenCompiler:
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
-        tuning = TuneSettings(**self.options.tuning) if self.options.tuning else None
-        lowered = lower_and_compile(gm, self.backend, kind, self.options.tune, tuning)
+        lowered = lower_and_compile(gm, self.backend, kind, self.options.tuner)
         self.graphs.append(lowered)
         if self.options.recorder is not None:
             self.options.recorder(lowered)
@@ -67,7 +64,7 @@ class AtenCompiler:
             self._to_store = None
             aot_cache.store(key, gm, num_inputs, num_outputs)
         lowered = self.compile(gm, "inf")
-        if self.options.cudagraphs and self.backend == "triton":
+        if self.options.cudagraphs and self.backend.device == "cuda":
             return CudaGraphBoxed(lowered)
         return BoxedGraph(lowered)
 
@@ -96,15 +93,3 @@ def _unboxed(boxed):
     def compiled(*args):
         return boxed(list(args))
     return compiled
-
-
-def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options: dict | None = None,
-                     mode: str | None = None, **kwargs):
-    """Dynamo backend: forward and backward through AOTAutograd, compiled by loopnest.
-
-    ``mode`` (torch.compile's) is accepted and ignored: loopnest's knob is ``options["tune"]``."""
-    if kwargs:
-        raise ValueError(f"loopnest backend: unexpected arguments {sorted(kwargs)}; pass options={{...}}")
-    opts = CompileOptions.from_dict(options)
-    compiler = AtenCompiler(opts, opts.backend_for(example_inputs))
-    return compiler.aot(gm, example_inputs)

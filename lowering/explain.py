@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from ..ir.index import Index
 from .runner import LoweredGraph
@@ -93,13 +92,3 @@ class Explanation:
         return "\n".join(lines)
 
     __repr__ = __str__
-
-
-def explain(fn, *example_inputs, **options) -> Explanation:
-    """Compile ``fn`` (function or module) with ``torch.compile(backend="loopnest")``, run it once
-    on ``example_inputs``, and describe every graph compiled during that run. ``options`` are the
-    backend's (``backend=``, ``tune=``)."""
-    recorded: list[LoweredGraph] = []
-    compiled = torch.compile(fn, backend="loopnest", options={**options, "recorder": recorded.append})
-    compiled(*example_inputs)
-    return Explanation([GraphInfo.from_lowered(g) for g in recorded])

@@ -1,26 +1,21 @@
 """Extern fallback: call the ATen op itself at run time, between loopnest kernels.
 
 Output shapes, dtypes and strides come from the node's traced value (the op run on fake tensors
-during tracing). Symbolic sizes among the arguments are evaluated at call time from the symbol
-values of the running graph (``SYMBOL_ENV``). Every fallback records its reason.
+during tracing). Symbolic sizes among the arguments are evaluated at call time by ``Extern.call``
+from the symbol values of the running graph. Every fallback records its reason.
 """
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 
 import torch
 
 from ..dsl.tensor import extern
 from ..ir import dtypes as dt
-from ..ir.index import Index, evaluate
 from .registry import LoweringContext, LoweringError
 from .symbolic import shape_of, strides_of
 
 aten = torch.ops.aten
-
-# symbol name -> value while a lowered graph runs (read by extern calls with symbolic arguments)
-SYMBOL_ENV: contextvars.ContextVar[dict] = contextvars.ContextVar("loopnest_symbol_env", default={})
 
 _BY_DESIGN = {
     "mm": "matrix multiply: called through ATen (BLAS)",
@@ -53,8 +48,7 @@ def default_reason(op) -> str:
 
 @dataclass
 class ExternFn:
-    """Calls ``op`` with symbolic sizes evaluated and each tensor argument on the device it was
-    traced on (a graph runs on one device; e.g. CPU philox seeds of CUDA attention are moved to the
+    """Calls ``op`` with each tensor argument on the device it was traced on (a graph runs on one device; e.g. CPU philox seeds of CUDA attention are moved to the
     GPU with the other inputs and back here); returns only the tensor results, in order."""
 
     op: object
@@ -63,24 +57,21 @@ class ExternFn:
     kw_devices: dict | None = None
 
     def __call__(self, *args, **kwargs):
-        env = SYMBOL_ENV.get()
-        args = _resolve(args, env, self.devices)
-        kwargs = {k: _resolve(v, env, (self.kw_devices or {}).get(k)) for k, v in kwargs.items()}
+        args = _on_devices(args, self.devices)
+        kwargs = {k: _on_devices(v, (self.kw_devices or {}).get(k)) for k, v in kwargs.items()}
         result = self.op(*args, **kwargs)
         if self.tensor_outputs is None:
             return result
         return tuple(result[k] for k in self.tensor_outputs)
 
 
-def _resolve(tree, env, devices):
-    """Sizes evaluated, tensors moved to their traced device (``devices`` mirrors ``tree``)."""
-    if isinstance(tree, Index):
-        return evaluate(tree, env)
+def _on_devices(tree, devices):
+    """Tensors moved to their traced device (``devices`` mirrors ``tree``)."""
     if isinstance(tree, torch.Tensor):
         return tree if devices is None or tree.device == devices else tree.to(devices)
     if isinstance(tree, (list, tuple)):
         devs = devices if isinstance(devices, (list, tuple)) else [None] * len(tree)
-        return type(tree)(_resolve(x, env, d) for x, d in zip(tree, devs))
+        return type(tree)(_on_devices(x, d) for x, d in zip(tree, devs))
     return tree
 
 

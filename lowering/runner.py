@@ -14,11 +14,10 @@ from pathlib import Path
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ..backends.base import Backend
 from ..ir.index import evaluate
-from ..autotune.options import TuneSettings
-from ..pipeline import compile_graph
-from ..runtime.compiled import CompiledGraph, InputError
-from .extern import SYMBOL_ENV
+from ..pipeline import Tuner, compile_graph
+from ..runtime.compiled import CompiledGraph, InputError, restrided
 from .interpreter import FxLowering, LoweredProgram, OutputLeaf, TensorInput, _tree_map
 
 
@@ -47,20 +46,17 @@ class LoweredGraph:
     def __call__(self, *args):
         return self.run(list(args))
 
-    def run(self, args: list):
-        """Run on a list of arguments (AOTAutograd's boxed convention)."""
+    def run(self, args: list, compiled: CompiledGraph | None = None):
+        """Run on a list of arguments (AOTAutograd's boxed convention); ``compiled``: another
+        build of the same graph to run instead (the tuner's candidates)."""
         p = self.program
+        compiled = compiled or self.compiled
         self._check(args)
         env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
-        device = self.compiled.device
-        fitted = [_fit(args[ti.position], ti, env, device) for ti in p.tensor_inputs]
+        fitted = [_fit(args[ti.position], ti, env, compiled.device) for ti in p.tensor_inputs]
         tensors = fitted + p.constants
         tensors += [self._carrier.expand(env[name]) for name in p.carriers]
-        token = SYMBOL_ENV.set(env)
-        try:
-            outs = self.compiled(*tensors)
-        finally:
-            SYMBOL_ENV.reset(token)
+        outs = compiled(*tensors)
         views = {ti.position: t for ti, t in zip(p.tensor_inputs, fitted)}
         for position, leaf in p.mutations:
             args[position].copy_(_value(leaf, outs, args, views, env))
@@ -95,12 +91,7 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tens
         t = t.to(device)
     if ti.contiguous:
         return t if t.is_contiguous() else t.contiguous()
-    want = [evaluate(s, env) for s in ti.strides]
-    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), want, t.shape)):
-        return t
-    out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    return restrided(t, [evaluate(s, env) for s in ti.strides])
 
 
 def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
@@ -119,27 +110,17 @@ def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
     return leaf.value
 
 
-def lower_and_compile(gm: torch.fx.GraphModule, backend: str, name: str, tune: str = "off",
-                      tuning: TuneSettings | None = None) -> LoweredGraph:
+def lower_and_compile(gm: torch.fx.GraphModule, backend: Backend, name: str,
+                      tuner: Tuner | None = None) -> LoweredGraph:
     """Lower ``gm`` (nodes carrying traced values) and compile it for ``backend``, with kernel
-    configs chosen by ``tune`` ("off", "db" or "sweep"; see ``pipeline.compile_graph``)."""
+    configs chosen by ``tuner`` (None: the backend's heuristics; see ``pipeline.compile_graph``)."""
     t0 = time.perf_counter()
     program = FxLowering(gm).run()
     t1 = time.perf_counter()
     with unset_fake_temporarily():  # a sweep runs real kernels on real tensors, even mid-trace
-        compiled = compile_graph(program.graph, backend, name, tune=tune, tuning=tuning)
+        compiled = compile_graph(program.graph, backend, name, tuner=tuner)
     t2 = time.perf_counter()
-    stats = GraphStats(name, backend, len(gm.graph.nodes), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                       _source_path(compiled), program)
+    sources = compiled.artifact.sources
+    stats = GraphStats(name, backend.name, len(gm.graph.nodes), (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                       sources[0] if sources else None, program)
     return LoweredGraph(program, compiled, stats)
-
-
-def _source_path(compiled: CompiledGraph) -> Path | None:
-    """The generated source of a compiled graph (the built library when no source sits beside it)."""
-    built = getattr(compiled.backend, "last_library", None) if compiled.schedule.kernels else None
-    if built is None:
-        return None
-    for suffix in (".cpp", ".py", ".c"):
-        if Path(built).with_suffix(suffix).exists():
-            return Path(built).with_suffix(suffix)
-    return Path(built)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from .. import settings
+from ..backends.base import Artifact, Backend, Launcher
+from ..core import settings
 from ..ir.index import Sym, evaluate
-from ..ir.dtypes import Kind
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
@@ -33,40 +33,47 @@ MAX_PLANS = 256  # call plans kept per compiled graph
 
 
 class CompiledGraph:
-    """Runs a schedule with the launchers a backend built for its kernels.
+    """Runs a schedule with what a backend built for its kernels (``artifact``).
+
+    Complete when constructed: ``configs`` holds each kernel's config, ``tuning`` where it came
+    from (the tuner's decisions; empty without one). ``with_launchers`` makes a new graph with
+    some kernels replaced (the tuner's candidates) instead of patching this one.
 
     Everything a call does that depends only on the input shapes (symbol values, buffer sizes,
     grids, scalar kernel arguments) is worked out once per shape into a ``CallPlan``; a call with
     known shapes only checks dtypes and devices, allocates and launches.
     """
 
-    def __init__(self, schedule: Schedule, launchers: dict, device: str = "cpu", name: str = "graph"):
+    def __init__(self, schedule: Schedule, artifact: Artifact, backend: Backend, name: str = "graph",
+                 configs: Mapping[str, Any] | None = None, tuning: Mapping[str, Any] | None = None,
+                 poison: bool | None = None):
         self.schedule = schedule
         self.graph = schedule.graph
-        self.launchers = launchers
-        self.device = device
+        self.artifact = artifact
+        self.launchers: Mapping[str, Launcher] = artifact.launchers
+        self.backend = backend
+        self.device = backend.device
         self.name = name
+        self.configs = dict(configs or {})
+        self.tuning = dict(tuning or {})
         self.inputs: list[Buffer] = [self.graph.buffers[n] for n in self.graph.inputs]
         self.bindings = _bindings(self.inputs)
         self._plans: dict[tuple, CallPlan] = {}
-        self.steps = [(s, launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
+        self.steps = [(s, self.launchers[s.name]) if isinstance(s, Kernel) else (s, None) for s in schedule.steps]
         self.extern_outputs = {o for s in schedule.externs for o in s.outs}
         self.memory = schedule.memory
         self.allocations = [self.graph.buffers[n] for n in self._allocated()]
         self.planned = [(self.graph.buffers[b], slot) for b, slot in self.memory.slot_of.items()]
-        self.poison = settings.poison_outputs()
+        self.poison = settings.current().poison if poison is None else poison
         self._dtypes = tuple(b.dtype.torch for b in self.inputs)
-        self._device_flag = "is_cuda" if device == "cuda" else "is_cpu"
+        self._device_flag = "is_cuda" if self.device == "cuda" else "is_cpu"
 
-    @property
-    def steps(self) -> list:
-        """(step, launcher or None for externs) in execution order."""
-        return self._steps
-
-    @steps.setter
-    def steps(self, steps: list) -> None:
-        self._steps = steps
-        self._plans.clear()  # plans hold launches bound from the old launchers
+    def with_launchers(self, overrides: Mapping[str, Launcher], poison: bool | None = None) -> "CompiledGraph":
+        """A new graph that runs ``overrides`` in place of those kernels' launchers (and, with
+        ``poison``, starts every buffer it allocates poisoned)."""
+        artifact = Artifact({**self.launchers, **overrides}, self.artifact.sources, self.artifact.libraries)
+        return CompiledGraph(self.schedule, artifact, self.backend, self.name, self.configs, self.tuning,
+                             self.poison if poison is None else poison)
 
     def _allocated(self) -> list[str]:
         """Buffers allocated one by one: outputs and intermediates outside the memory plan."""
@@ -206,9 +213,18 @@ def _warm_up(warmups: list) -> None:
         future.result()
 
 
+def poison_value(dtype: torch.dtype):
+    """What poisoned buffers of ``dtype`` hold, so elements no kernel writes stand out: NaN for
+    floats, True for bools, -77 for signed integers (77 unsigned)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return -77 if dtype.is_signed else 77
+
+
 def _fill(b: Buffer):
-    """The poison value of ``b``: NaN (floats) or a sentinel, so elements no kernel writes stand out."""
-    return float("nan") if b.dtype.is_float else _POISON[b.dtype.kind]
+    return poison_value(b.dtype.torch)
 
 
 def _view_spec(layout: Layout, env: dict[str, int]) -> tuple:
@@ -240,9 +256,6 @@ def _bindings(inputs: list[Buffer]) -> list[_Binding]:
     return out
 
 
-_POISON = {Kind.INT: -77, Kind.UINT: 77, Kind.BOOL: True}
-
-
 def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
     """``t`` seen through ``layout`` (offset counted from ``t``'s first element)."""
     return _as_view(t, _view_spec(layout, env))
@@ -254,18 +267,23 @@ def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str,
         t = buffers[ref.name]
         return t if ref.layout is None else _view(t, ref.layout, env)
 
-    for name, value in zip(node.outs, node.call(tensor_of)):
+    for name, value in zip(node.outs, node.call(tensor_of, env)):
         buffers[name] = _conform(value, decls[name], env)
 
 
 def _conform(t: torch.Tensor, decl: Buffer, env: dict[str, int]) -> torch.Tensor:
     """The extern's result in the layout the kernels were generated for (a copy if it differs)."""
-    strides = [evaluate(s, env) for s in decl.layout.strides]
     sizes = [evaluate(s, env) for s in decl.layout.sizes]
     if list(t.shape) != sizes:
         raise RuntimeError(f"extern produced shape {tuple(t.shape)} for {decl.name}, expected {tuple(sizes)}")
-    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, sizes)):
+    return restrided(t, [evaluate(s, env) for s in decl.layout.strides])
+
+
+def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
+    """``t`` itself when its strides are ``strides`` (ignoring dimensions of size 1), else a copy
+    laid out with them."""
+    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, t.shape)):
         return t
-    out = torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device)
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out

@@ -14,7 +14,7 @@ from enum import Enum
 
 from ..ir.expr import Apply, Expr, Load, walk
 from ..ir.hashing import structural_digest
-from ..ir.index import Index, product
+from ..ir.index import Index, Sym, product
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars  # noqa: F401 - loop statements
 from ..ir.printer import Printer
 
@@ -123,3 +123,24 @@ class Kernel:
 
 def _count_ops(e: Expr) -> int:
     return sum(1 for n in walk(e) if isinstance(n, Apply))
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """The order of a kernel's runtime arguments."""
+
+    buffers: tuple[str, ...]
+    symbols: tuple[str, ...]
+
+
+def signature(kernel: Kernel) -> KernelSignature:
+    """Buffers (inputs then outputs) and symbolic sizes a kernel takes."""
+    bufs = list(dict.fromkeys(kernel.inputs + kernel.outputs))
+    syms: set[str] = set()
+    for name in bufs:
+        lay = kernel.buffers[name].layout
+        for e in lay.sizes + lay.strides + (lay.offset,):
+            syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
+    for e in kernel.pdomain + kernel.rdomain:
+        syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
+    return KernelSignature(tuple(bufs), tuple(sorted(syms)))

@@ -2,16 +2,25 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...counters import counters
-from ...scheduler.kernel import Kernel
+from ...core import settings
+from ...core.counters import counters
+from ...core.hardware import HardwareInfo, HardwareKind, compiler_version, this_cpu
+from ...core.space import SearchSpace
+from ...core.timing import BenchOptions, Timing, time_cpu
+from ...scheduler.kernel import Kernel, signature
+from ..base import Artifact, software_versions, source_digest
 from . import compile as cc
-from .codegen import generate, signature
+from .codegen import generate
 from .ops import PRELUDE, simd_declarations
 from .params import CppConfig
+from .space import search_space
+
+CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parent.parent / "emitter.py")
 
 
 class CppBackend:
@@ -19,12 +28,24 @@ class CppBackend:
 
     name = "cpp"
     device = "cpu"
+    hardware_kind = HardwareKind.CPU
+    can_prebuild = True
+
+    def hardware(self, device: str | None = None) -> HardwareInfo:
+        return this_cpu()
+
+    def software(self) -> dict[str, Any]:
+        return software_versions(codegen=source_digest(*CODEGEN_SOURCES),
+                                 compiler=compiler_version(settings.current().cxx))
+
+    def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
+        return search_space(kernel, hardware)
 
     def default_config(self, kernel: Kernel) -> CppConfig:
         return CppConfig()
 
-    def validate_config(self, kernel: Kernel, data: dict) -> CppConfig:
-        return CppConfig.from_json(data)
+    def config_from_json(self, data: Mapping[str, Any], hardware: HardwareInfo) -> CppConfig:
+        return CppConfig.from_json(dict(data), hardware.cores)
 
     def codegen(self, kernel: Kernel, config: CppConfig) -> str:
         counters["kernels_generated"] += 1
@@ -34,19 +55,19 @@ class CppBackend:
         """The whole translation unit for a graph's kernels."""
         return PRELUDE + simd_declarations() + "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
 
-    def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]):
+    def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> Artifact:
         if not kernels:
-            return {}
-        source = self.module_source(kernels)
-        lib = cc.load(cc.build(source))
-        self.last_library = cc.library_path(source)
-        return {k.name: _launcher(getattr(lib, k.name), k) for k, _ in kernels}
+            return Artifact({})
+        path = cc.build(self.module_source(kernels))
+        lib = cc.load(path)
+        launchers = {k.name: CppLauncher(getattr(lib, k.name), k) for k, _ in kernels}
+        return Artifact(launchers, (path.with_suffix(".cpp"),), (path,))
 
+    def prebuild(self, kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
+        cc.build(self.module_source([(kernel, config)]), timeout=timeout)
 
-def _launcher(fn, kernel: Kernel) -> "CppLauncher":
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    return CppLauncher(fn, kernel)
+    def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
+        return time_cpu(run, options)
 
 
 class CppLauncher:
@@ -54,6 +75,8 @@ class CppLauncher:
 
     def __init__(self, fn, kernel: Kernel):
         sig = signature(kernel)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self.fn = fn
         self.kernel = kernel
         self.names = sig.buffers

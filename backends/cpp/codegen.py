@@ -7,12 +7,11 @@ buffer pointers in ``KernelSignature.buffers`` order, ``syms`` the symbolic size
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
-from ...ir.index import Index, Indirect, Sym, as_var, product
+from ...ir.index import Index, Indirect, as_var, product
 from ...ir.ops import Op
-from ...scheduler.kernel import Kernel
+from ...scheduler.kernel import Kernel, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from .accumulators import Accumulator
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
@@ -21,27 +20,6 @@ from .params import CppConfig
 
 # Elements (rows x reduced elements) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 15
-
-
-@dataclass(frozen=True)
-class KernelSignature:
-    """The order of a kernel's runtime arguments."""
-
-    buffers: tuple[str, ...]
-    symbols: tuple[str, ...]
-
-
-def signature(kernel: Kernel) -> KernelSignature:
-    """Buffers (inputs then outputs) and symbolic sizes a kernel takes."""
-    bufs = list(dict.fromkeys(kernel.inputs + kernel.outputs))
-    syms: set[str] = set()
-    for name in bufs:
-        lay = kernel.buffers[name].layout
-        for e in lay.sizes + lay.strides + (lay.offset,):
-            syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
-    for e in kernel.pdomain + kernel.rdomain:
-        syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
-    return KernelSignature(tuple(bufs), tuple(sorted(syms)))
 
 
 class CppEmitter(ExprEmitter):

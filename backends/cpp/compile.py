@@ -9,11 +9,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ... import settings
-from ...counters import counters
+from ...core import settings
+from ...core.counters import counters
+from ...core.files import atomic_write
 from .ops import has_libmvec
 
-CXX = os.environ.get("CXX", "g++")
 # -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no -ffast-math).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno") + (
     ("-lmvec",) if has_libmvec() else ())
@@ -28,16 +28,16 @@ class CompileTimeout(CompileError, TimeoutError):
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_version() -> str:
-    """``g++ --version`` first line (part of the cache key)."""
-    out = subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True)
+def compiler_banner(cxx: str) -> str:
+    """``$CXX --version`` first line (part of the cache key)."""
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
     return out.stdout.splitlines()[0]
 
 
-def library_path(source: str) -> Path:
-    """Where the library built from ``source`` lives in the cache."""
-    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), compiler_version())).encode()).hexdigest()
-    return settings.cache_dir() / "cpp" / key[:2] / f"{key}.so"
+def library_path(source: str, cxx: str) -> Path:
+    """Where the library built from ``source`` by ``cxx`` lives in the cache."""
+    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), compiler_banner(cxx))).encode()).hexdigest()
+    return settings.cache_dir("cpp") / key[:2] / f"{key}.so"
 
 
 def build(source: str, timeout: float | None = None) -> Path:
@@ -45,36 +45,29 @@ def build(source: str, timeout: float | None = None) -> Path:
 
     ``timeout`` (seconds) kills a g++ that runs longer and raises ``CompileTimeout``.
     """
-    path = library_path(source)
+    cxx = settings.current().cxx
+    path = library_path(source, cxx)
     if path.exists():
         counters["code_cache_hits"] += 1
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    src_path = path.with_suffix(".cpp")
-    _atomic_write_text(src_path, source)
+    src_path = atomic_write(path.with_suffix(".cpp"), source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
         try:
-            proc = subprocess.run([CXX, *FLAGS, str(src_path), "-o", tmp], capture_output=True, text=True,
+            proc = subprocess.run([cxx, *FLAGS, str(src_path), "-o", tmp], capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise CompileTimeout(f"g++ took longer than {timeout:g} s on {src_path}; killed") from None
+            raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
         if proc.returncode != 0:
-            raise CompileError(f"g++ failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
+            raise CompileError(f"{cxx} failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     counters["kernels_compiled"] += 1
     return path
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def load(path: Path) -> ctypes.CDLL:

@@ -1,10 +1,10 @@
 """The C++ backend's tunable parameters."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 
 SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
+MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class CppConfig:
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
             raise TypeError(f"threads must be an int, got {self.threads!r}")
-        if not 0 <= self.threads <= 4 * (os.cpu_count() or 1):
-            raise ValueError(f"threads={self.threads} is outside 0..{4 * (os.cpu_count() or 1)}")
+        if not 0 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"threads={self.threads} is outside 0..{MAX_THREADS}")
         for name in ("lanes", "chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > 1024 \
@@ -48,9 +48,13 @@ class CppConfig:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict) -> "CppConfig":
-        """Validate and build a config from stored JSON (unknown keys are an error)."""
+    def from_json(data: dict, cores: int | None = None) -> "CppConfig":
+        """Validate and build a config from stored JSON (unknown keys are an error); ``cores``:
+        those of the machine it was tuned on, which bound ``threads``."""
         unknown = set(data) - {f.name for f in fields(CppConfig)}
         if unknown:
             raise ValueError(f"unknown C++ config keys: {sorted(unknown)}")
-        return CppConfig(**data)
+        config = CppConfig(**data)
+        if cores is not None and config.threads > cores:
+            raise ValueError(f"threads={config.threads} exceeds the {cores} cores of the machine it was tuned on")
+        return config

@@ -5,22 +5,16 @@
   full reductions split their range by hand and have none;
 * ``lanes``: when a reduction phase runs through lane arrays (Welford, argmax/argmin rows);
 * ``chunk``: when the kernel reduces over an outer dimension (columns).
-
-``prebuild`` compiles a candidate into the code cache (g++ in its own process, with a timeout),
-so the tuner can build several candidates at once and later load each without compiling.
 """
 from __future__ import annotations
 
-from ...db.records import HardwareInfo
+from ...core.hardware import HardwareInfo
+from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
-from ..registry import get_backend
-from . import compile as cc
 from .accumulators import Accumulator
 from .codegen import reduces_outer_dim
 from .params import SCHEDULES, CppConfig
-from ...autotune.space import Knob, SearchSpace
 
-config_from_json = CppConfig.from_json  # validates a stored config (no kernel needed)
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (8, 16, 32, 64, 128, 256)
 ROW_GRAINS = (0, 1, 8, 64)            # rows or columns per scheduling chunk
@@ -54,9 +48,4 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("chunk", CHUNKS))
     tuned = {k.name for k in knobs}
     fixed = {name: value for name, value in default.to_json().items() if name not in tuned}
-    return SearchSpace("cpp", CppConfig.from_json, tuple(knobs), fixed)
-
-
-def prebuild(kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
-    """Compile ``kernel`` under ``config`` into the code cache (raises CompileError/CompileTimeout)."""
-    cc.build(get_backend("cpp").module_source([(kernel, config)]), timeout=timeout)
+    return SearchSpace("cpp", lambda data: CppConfig.from_json(data, hardware.cores), tuple(knobs), fixed)

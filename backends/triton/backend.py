@@ -1,34 +1,64 @@
 """The Triton backend: codegen, a module per kernel in the code cache, launch through Triton."""
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-from ...counters import counters
+import torch
+from triton.testing import do_bench
+
+from ...core.counters import counters
+from ...core.hardware import TOOL_TIMEOUT_S, HardwareInfo, HardwareKind, this_cpu
+from ...core.space import SearchSpace
+from ...core.timing import BenchOptions, Timing, time_cpu
 from ...scheduler.kernel import Kernel
+from ..base import Artifact, software_versions, source_digest
 from . import settings as triton_settings
-from .codegen import Program, check_config, generate
-from .compile import Launcher, load_module
+from .codegen import Program, generate
+from .compile import Launcher, load_module, module_path
 from .heuristics import default_config
 from .params import TritonConfig
+from .space import search_space
+
+CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parent.parent / "emitter.py")
 
 
 class TritonBackend:
     """Implements ``backends.base.Backend`` for CUDA GPUs (CPU tensors under ``TRITON_INTERPRET``)."""
 
     name = "triton"
+    hardware_kind = HardwareKind.CUDA
+    can_prebuild = False  # Triton compiles a kernel on its first launch, in the measuring process
 
     @property
     def device(self) -> str:
         """"cuda", or "cpu" when kernels run in Triton's interpreter."""
         return triton_settings.current().device
 
+    def hardware(self, device: str | None = None) -> HardwareInfo:
+        dev = torch.device(device or self.device)
+        if dev.type != "cuda":
+            return this_cpu()  # the interpreter runs on this CPU
+        props = torch.cuda.get_device_properties(dev.index if dev.index is not None else 0)
+        return HardwareInfo(kind=HardwareKind.CUDA, name=props.name, capability=f"sm_{props.major}{props.minor}",
+                            cores=props.multi_processor_count, memory_bytes=props.total_memory)
+
+    def software(self) -> dict[str, Any]:
+        cuda = {"cuda": torch.version.cuda, "driver": nvidia_driver_version()} if torch.cuda.is_available() else {}
+        return software_versions(codegen=source_digest(*CODEGEN_SOURCES), triton=_dist_version("triton"), **cuda)
+
+    def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
+        return search_space(kernel, hardware)
+
     def default_config(self, kernel: Kernel) -> TritonConfig:
         return default_config(kernel)
 
-    def validate_config(self, kernel: Kernel, data: dict) -> TritonConfig:
-        config = TritonConfig.from_json(data)
-        check_config(kernel, config)
-        return config
+    def config_from_json(self, data: Mapping[str, Any], hardware: HardwareInfo) -> TritonConfig:
+        return TritonConfig.from_json(dict(data))
 
     def program(self, kernel: Kernel, config: TritonConfig) -> Program:
         """Source and launch plan of ``kernel`` under ``config``."""
@@ -38,11 +68,43 @@ class TritonBackend:
     def codegen(self, kernel: Kernel, config: TritonConfig) -> str:
         return self.program(kernel, config).source
 
-    def compile(self, kernels: Sequence[tuple[Kernel, TritonConfig]]) -> dict[str, Launcher]:
+    def compile(self, kernels: Sequence[tuple[Kernel, TritonConfig]]) -> Artifact:
         interpret = triton_settings.current().interpret
-        launchers = {}
+        launchers, sources = {}, []
         for kernel, config in kernels:
             program = self.program(kernel, config)
             dtypes = {name: buf.dtype.torch for name, buf in kernel.buffers.items()}
             launchers[kernel.name] = Launcher(program, load_module(program.source, interpret), dtypes)
-        return launchers
+            sources.append(module_path(program.source))
+        return Artifact(launchers, tuple(sources))
+
+    def prebuild(self, kernel: Kernel, config: TritonConfig, timeout: float | None) -> None:
+        raise NotImplementedError("the Triton backend compiles on first launch (can_prebuild is False)")
+
+    def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
+        if self.device != "cuda":
+            return time_cpu(run, options)
+        p20, p50, p80 = do_bench(run, warmup=25, rep=100, quantiles=[0.2, 0.5, 0.8])  # L2 flushed per run
+        return Timing(p20 * 1e3, p50 * 1e3, p80 * 1e3, 0)
+
+
+@functools.cache
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA driver version reported by nvidia-smi (cached), or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    return lines[0] if lines else None
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None

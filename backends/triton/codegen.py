@@ -24,8 +24,7 @@ import torch
 
 from ...ir import dtypes as dt
 from ...ir.index import Index, as_var, floordiv, product
-from ...scheduler.kernel import Kernel, Strategy
-from ..cpp.codegen import signature
+from ...scheduler.kernel import Kernel, Strategy, signature
 from .emit import KernelContext, TritonEmitter, identifier
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for

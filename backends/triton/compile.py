@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -18,8 +16,9 @@ import torch
 import triton
 from triton.runtime.jit import JITFunction
 
-from ... import settings
-from ...counters import counters
+from ...core import settings
+from ...core.counters import counters
+from ...core.files import atomic_write
 from ...ir.index import evaluate
 from .codegen import INDEX32_LIMIT, Program
 from .launch import direct_launch
@@ -35,19 +34,7 @@ def source_key(source: str) -> str:
 def module_path(source: str) -> Path:
     """Where the module generated as ``source`` lives in the code cache."""
     key = source_key(source)
-    return settings.cache_dir() / "triton" / key[:2] / f"ln_{key[:32]}.py"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return settings.cache_dir("triton") / key[:2] / f"ln_{key[:32]}.py"
 
 
 def load_module(source: str, interpret: bool) -> ModuleType:
@@ -64,7 +51,7 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     if path.exists() and path.read_text() == source:
         counters["code_cache_hits"] += 1
     else:
-        _atomic_write_text(path, source)
+        atomic_write(path, source)
         counters["kernels_compiled"] += 1
     spec = importlib.util.spec_from_file_location(f"loopnest_triton_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)

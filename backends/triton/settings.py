@@ -1,16 +1,9 @@
-"""Settings of the Triton backend, read from the environment once and overridable in a scope."""
+"""What the Triton backend reads of loopnest's settings (``core.settings``), as one value."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
 from dataclasses import dataclass
 
-from ... import settings as ln_settings
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "off", "no")
+from ...core import settings
 
 
 @dataclass(frozen=True)
@@ -22,11 +15,6 @@ class TritonSettings:
     interpret: bool
     debug: bool
 
-    @staticmethod
-    def from_env() -> "TritonSettings":
-        """The settings the environment asks for."""
-        return TritonSettings(interpret=_env_flag("TRITON_INTERPRET"), debug=ln_settings.debug_enabled())
-
     @property
     def device(self) -> str:
         return "cpu" if self.interpret else "cuda"
@@ -37,21 +25,7 @@ class TritonSettings:
         return self.interpret
 
 
-_current: list[TritonSettings] = []
-
-
 def current() -> TritonSettings:
-    """The active settings (read from the environment on first use)."""
-    if not _current:
-        _current.append(TritonSettings.from_env())
-    return _current[-1]
-
-
-@contextlib.contextmanager
-def scope(**changes):
-    """Override some settings inside a ``with`` block (tests, ahead-of-time compile checks)."""
-    _current.append(dataclasses.replace(current(), **changes))
-    try:
-        yield _current[-1]
-    finally:
-        _current.pop()
+    """The Triton backend's view of the active settings."""
+    s = settings.current()
+    return TritonSettings(interpret=s.triton_interpret, debug=s.debug)

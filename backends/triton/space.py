@@ -10,13 +10,12 @@
 Static constraints reject a config before compiling it: ``TritonConfig``'s own limits (tile size,
 powers of two), ``codegen.check_config`` (a persistent ``RBLOCK`` shorter than the row), and on a
 GPU a per-thread register budget (a tile of more than ``MAX_ELEMENTS_PER_THREAD`` values per
-thread cannot stay in registers). The default config is always a point of the space. There is no ``prebuild``: Triton compiles a
-kernel on its first launch, in the process that measures it.
+thread cannot stay in registers). The default config is always a point of the space.
 """
 from __future__ import annotations
 
-from ...autotune.space import Knob, SearchSpace
-from ...db.records import HardwareInfo, HardwareKind
+from ...core.hardware import HardwareInfo, HardwareKind
+from ...core.space import Knob, SearchSpace
 from ...ir.index import product
 from ...scheduler.kernel import Kernel, Strategy
 from .codegen import check_config
@@ -24,7 +23,6 @@ from .heuristics import default_config
 from .indexing import transposed_split
 from .params import TritonConfig, next_pow2
 
-config_from_json = TritonConfig.from_json  # validates a stored config (no kernel needed)
 MAX_ELEMENTS_PER_THREAD = 512
 WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3)

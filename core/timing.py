@@ -1,19 +1,14 @@
-"""Timing one kernel launch: CPU wall clock or GPU events, reported as p20/p50/p80 in µs.
+"""Timings of one kernel launch as p20/p50/p80 in µs, and the host wall-clock timer.
 
-CPU: a warm-up, then repeated runs until a time budget (at least ``min_runs``), each timed with
-``perf_counter_ns``; the kernel's thread count is the one its config compiled in. GPU: Triton's
-``do_bench`` (warm-up, L2 cache flushed before every run, CUDA events, quantiles).
+A backend times its launches (``Backend.time``): the C++ backend with ``time_cpu`` here (a
+warm-up, then repeated runs until a time budget, at least ``min_runs``, each timed with
+``perf_counter_ns``), the Triton backend on the GPU with CUDA events.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from typing import Callable
-
-import torch
-from triton.testing import do_bench
-
-from ..counters import counters
 
 
 @dataclass(frozen=True)
@@ -63,18 +58,3 @@ def time_cpu(fn: Callable[[], None], options: BenchOptions = BenchOptions()) -> 
         samples.append((time.perf_counter_ns() - t0) / 1e3)
     samples.sort()
     return Timing(quantile(samples, 0.2), quantile(samples, 0.5), quantile(samples, 0.8), len(samples))
-
-
-def time_gpu(fn: Callable[[], None]) -> Timing:
-    """``triton.testing.do_bench``: L2 flushed between runs, CUDA events, quantiles in µs."""
-    p20, p50, p80 = do_bench(fn, warmup=25, rep=100, quantiles=[0.2, 0.5, 0.8])
-    return Timing(p20 * 1e3, p50 * 1e3, p80 * 1e3, 0)
-
-
-def benchmark(launcher, buffers: dict[str, torch.Tensor], syms: dict[str, int], device: str,
-              options: BenchOptions = BenchOptions()) -> Timing:
-    """Time ``launcher`` on ``buffers`` (counted in ``counters["benchmarks_run"]``)."""
-    counters["benchmarks_run"] += 1
-    if device == "cuda":
-        return time_gpu(lambda: launcher(buffers, syms))
-    return time_cpu(lambda: launcher(buffers, syms), options)

@@ -1,11 +1,12 @@
 """Typed search spaces: the knobs of a backend config, their choices, and static constraints.
 
-A ``SearchSpace`` is built by a backend (``backends/<name>/space.py``) for one kernel on one
+A ``SearchSpace`` is built by a backend (``Backend.space``) for one kernel on one
 hardware. Each knob is a field of the backend's frozen config dataclass; fields that are not
 tuned for this kernel are ``fixed``. ``config(values)`` builds the typed config (its own
 validation plus the space's static ``constraint``), so an impossible combination is known before
-anything is compiled. Knobs with ordered numeric choices are given to Optuna as integer indices
-(neighbouring powers of two are neighbours for TPE and CMA-ES), others as categoricals.
+anything is compiled. Knobs with ordered numeric choices are given to a sampler as integer
+indices (neighbouring powers of two are neighbours for TPE and CMA-ES), others as categoricals
+(``encode``; the tuner maps them to Optuna's distributions).
 """
 from __future__ import annotations
 
@@ -14,9 +15,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
-
-import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 Config = Any  # a backend's frozen config dataclass with to_json()/from_json()
 
@@ -34,22 +32,6 @@ class Knob:
             raise ValueError(f"knob {self.name!r} has no choices")
         if len(set(self.choices)) != len(self.choices):
             raise ValueError(f"knob {self.name!r} repeats a choice: {self.choices}")
-
-    def distribution(self) -> BaseDistribution:
-        """How Optuna sees the knob."""
-        if self.ordered:
-            return IntDistribution(0, len(self.choices) - 1)
-        return CategoricalDistribution(self.choices)
-
-    def grid(self) -> list:
-        """The knob's values as Optuna parameters (for the grid sampler)."""
-        return list(range(len(self.choices))) if self.ordered else list(self.choices)
-
-    def suggest(self, trial: optuna.Trial) -> Any:
-        """Ask ``trial`` for a value of this knob."""
-        if self.ordered:
-            return self.choices[trial.suggest_int(self.name, 0, len(self.choices) - 1)]
-        return trial.suggest_categorical(self.name, self.choices)
 
     def encode(self, value: Any) -> Any | None:
         """The Optuna parameter for ``value`` (None when it is not one of the choices)."""
@@ -76,14 +58,6 @@ class SearchSpace:
     def size(self) -> int:
         """Number of points (including invalid ones)."""
         return math.prod(len(k.choices) for k in self.knobs)
-
-    def distributions(self) -> dict[str, BaseDistribution]:
-        """Optuna distributions by knob name."""
-        return {k.name: k.distribution() for k in self.knobs}
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Knob values Optuna proposes for ``trial``."""
-        return {k.name: k.suggest(trial) for k in self.knobs}
 
     def config(self, values: Mapping[str, Any]) -> Config:
         """The typed config for knob ``values``; ``InvalidConfig`` if it cannot run."""

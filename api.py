@@ -1,0 +1,76 @@
+"""loopnest's entry points for other compilers: ``compile_fx``, the ``torch.compile`` backend and
+``explain``. They turn what a user writes (backend names, tune modes, tuning settings as a dict)
+into the typed objects the layers below take: a ``Backend`` from the registry and a tuner from
+``autotune``, passed down explicitly.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from .autotune.compile_time import tuner_for
+from .autotune.options import TuneSettings
+from .backends import registry
+from .lowering import api as lowering_api
+from .lowering.dynamo import AtenCompiler
+from .lowering.explain import Explanation, GraphInfo
+from .lowering.options import CompileOptions
+from .lowering.runner import LoweredGraph
+
+OPTIONS = ("backend", "tune", "tuning", "recorder", "cudagraphs")
+
+
+def compile_options(backend: str | None = None, tune: str = "db", tuning: dict | TuneSettings | None = None,
+                    recorder: Callable | None = None, cudagraphs: bool = False) -> CompileOptions:
+    """Options from what a user writes: ``backend`` "cpp", "triton" or None (by the inputs'
+    device); ``tune`` "off" (heuristics), "db" (stored winners) or "sweep" (tune what the tuning
+    DB lacks); ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
+    if backend is not None and backend not in registry.names():
+        raise ValueError(f"loopnest: backend must be one of {registry.names()}, got {backend!r}")
+    if tuning is not None and not isinstance(tuning, (dict, TuneSettings)):
+        raise TypeError(f"loopnest: tuning must be a dict of TuneSettings fields, got {tuning!r}")
+    settings = TuneSettings(**tuning) if isinstance(tuning, dict) else tuning
+    try:
+        tuner = tuner_for(tune, settings)
+    except ValueError as exc:
+        raise ValueError(f"loopnest: {exc}") from None
+    return CompileOptions(backend=registry.get(backend) if backend else None, tuner=tuner, recorder=recorder,
+                          cudagraphs=cudagraphs)
+
+
+def compile_fx(gm, example_inputs: Sequence | None = None, backend: str | None = None, tune: str = "db",
+               tuning: dict | TuneSettings | None = None):
+    """Compile ``gm`` with loopnest; returns a callable with ``gm``'s calling convention.
+
+    ``gm``: an ATen graph (``make_fx``, AOTAutograd), a torch-level Dynamo graph (run through
+    AOTAutograd here, so it trains), or an ``ExportedProgram`` (parameters and buffers bound from
+    the program; the callable takes the user inputs). ``backend``, ``tune``, ``tuning``: as in
+    ``compile_options``.
+    """
+    return lowering_api.compile_fx(gm, example_inputs, compile_options(backend, tune, tuning))
+
+
+def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options: dict | None = None,
+                     mode: str | None = None, **kwargs):
+    """The ``torch.compile(backend="loopnest")`` backend (an entry point in pyproject): forward and
+    backward through AOTAutograd, compiled by loopnest. ``options``: ``compile_options``'s
+    arguments as a dict. ``mode`` (torch.compile's) is accepted and ignored."""
+    if kwargs:
+        raise ValueError(f"loopnest backend: unexpected arguments {sorted(kwargs)}; pass options={{...}}")
+    options = dict(options or {})
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"loopnest: unknown options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
+    opts = compile_options(**options)
+    return AtenCompiler(opts, opts.backend_for(example_inputs)).aot(gm, example_inputs)
+
+
+def explain(fn, *example_inputs, **options) -> Explanation:
+    """Compile ``fn`` (function or module) with ``torch.compile(backend="loopnest")``, run it once
+    on ``example_inputs``, and describe every graph compiled during that run. ``options`` are the
+    backend's (``backend=``, ``tune=``)."""
+    recorded: list[LoweredGraph] = []
+    compiled = torch.compile(fn, backend=loopnest_backend, options={**options, "recorder": recorded.append})
+    compiled(*example_inputs)
+    return Explanation([GraphInfo.from_lowered(g) for g in recorded])

@@ -1,0 +1,92 @@
+"""Every environment switch loopnest reads, parsed by one rule into one typed, frozen object.
+
+``current()`` is the environment as it is now (or an override installed by ``scope``); settings
+are read where they are used, never cached at import time, so a test or a user may change them.
+Booleans: "", "0", "false", "off", "no" are off; "1", "true", "on", "yes" are on (any case);
+anything else is an error naming the variable.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+_OFF = ("", "0", "false", "off", "no")
+_ON = ("1", "true", "on", "yes")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The boolean environment variable ``name`` (unset: ``default``)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in _OFF:
+        return False
+    if text in _ON:
+        return True
+    raise ValueError(f"{name}={raw!r} is not a boolean: use one of {', '.join(_ON[1:] + _OFF[1:])}")
+
+
+# variable -> (field, what it does); the README's table of environment variables lists these.
+VARIABLES = {
+    "LOOPNEST_CACHE_DIR": ("cache_dir", "root of the code, AOT and debug caches (default: the user cache dir)"),
+    "LOOPNEST_DB": ("db_url", "tuning DB URL (default: sqlite file in the user cache dir)"),
+    "LOOPNEST_DEBUG": ("debug", "write IR and generated source of each graph; Triton bounds-checks loads"),
+    "LOOPNEST_POISON": ("poison", "fill every buffer loopnest allocates with NaN or a sentinel first"),
+    "LOOPNEST_AOT_CACHE": ("aot_cache", "cache AOTAutograd's plain inference graphs on disk (default on)"),
+    "TRITON_INTERPRET": ("triton_interpret", "run Triton kernels in Triton's CPU interpreter"),
+    "CXX": ("cxx", "the C++ compiler of the C++ backend (default g++)"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The environment switches of one moment (see ``VARIABLES``)."""
+
+    cache_dir: Path
+    db_url: str | None
+    debug: bool
+    poison: bool
+    aot_cache: bool
+    triton_interpret: bool
+    cxx: str
+
+    @staticmethod
+    def from_env() -> "Settings":
+        """The settings the environment asks for now."""
+        root = os.environ.get("LOOPNEST_CACHE_DIR") or platformdirs.user_cache_dir("loopnest")
+        return Settings(cache_dir=Path(root), db_url=os.environ.get("LOOPNEST_DB") or None,
+                        debug=env_flag("LOOPNEST_DEBUG"), poison=env_flag("LOOPNEST_POISON"),
+                        aot_cache=env_flag("LOOPNEST_AOT_CACHE", default=True),
+                        triton_interpret=env_flag("TRITON_INTERPRET"),
+                        cxx=os.environ.get("CXX") or "g++")
+
+
+_overrides: list[Settings] = []
+
+
+def current() -> Settings:
+    """The active settings: the innermost ``scope``, else the environment as it is now."""
+    return _overrides[-1] if _overrides else Settings.from_env()
+
+
+@contextlib.contextmanager
+def scope(**changes):
+    """Override some settings inside a ``with`` block (tests, ahead-of-time compile checks)."""
+    _overrides.append(dataclasses.replace(current(), **changes))
+    try:
+        yield _overrides[-1]
+    finally:
+        _overrides.pop()
+
+
+def cache_dir(sub: str = "") -> Path:
+    """``current().cache_dir / sub``, created if missing."""
+    path = current().cache_dir / sub
+    path.mkdir(parents=True, exist_ok=True)
+    return path
