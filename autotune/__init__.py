@@ -1,11 +1,11 @@
 """The autotuner: Optuna studies over each backend's search space, verified measurements, warm
-starts from the tuning DB, and the compile-time lookup.
+starts from the tuning DB, and the compile-time tuner.
 
-Modules: ``space`` (typed knobs and static constraints), ``study`` (the ask/evaluate/tell loop,
-heartbeats, resume), ``evaluate`` (parallel builds, verify-then-time, trial records), ``harness``
-(a compiled graph run once so each kernel can be checked and timed alone), ``measure`` and
-``verify``, ``tuner`` (one graph: studies, winners), ``compile_time`` (``tune="db"``/``"sweep"``
-in ``pipeline.compile_graph``), ``sweep`` and ``workloads`` (torch workloads through the
-lowering), ``report`` (plots), ``hardware`` (fingerprints and software versions). Nothing is
-imported here: ``import loopnest`` stays free of SQLAlchemy and Optuna until tuning is asked for.
+Modules: ``options`` (``TuneSettings``), ``study`` (the ask/evaluate/tell loop, heartbeats,
+resume), ``evaluate`` (parallel builds, verify-then-time, trial records), ``harness`` (a compiled
+graph run once so each kernel can be checked and timed alone), ``verify``, ``tuner`` (one graph:
+studies, winners), ``compile_time`` (``tuner_for``: the tuner of ``tune="db"``/``"sweep"`` that
+the entry points pass down to ``pipeline.compile_graph``), ``sweep`` and ``workloads`` (torch
+workloads through the lowering), ``queries`` (what the CLI asks of the DB), ``report`` (plots).
+Nothing is imported here, so ``loopnest.autotune.options`` loads without Optuna or torch.
 """

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
+from ..backends import registry
 from ..backends.base import Backend
 from ..core.timing import BenchOptions
 from ..lowering.api import compile_fx
@@ -33,9 +34,9 @@ class SweepTarget:
     inputs: tuple
 
 
-def target(spec: str, backend: Backend, size_class: str | None = None) -> SweepTarget:
+def target(spec: str, backend: str | Backend, size_class: str | None = None) -> SweepTarget:
     """The workload ``spec`` (built-in name or ``module:function``) with inputs for ``backend``."""
-    device = backend.device
+    device = registry.resolve(backend).device
     found = resolve(spec)
     if isinstance(found, Workload):
         size_class = size_class or ("gpu" if device == "cuda" else "cpu")
@@ -49,13 +50,16 @@ def flat_tensors(value) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
-def compile_target(t: SweepTarget, backend: Backend):
-    """The target's ATen graph (make_fx) compiled with default configs, called like ``t.fn``."""
+def compile_target(t: SweepTarget, backend: str | Backend, tune: str = "off", settings: TuneSettings | None = None):
+    """The target's ATen graph (make_fx) compiled with configs as ``tune`` says ("off": the
+    heuristics), called like ``t.fn``; ``result.lowered.compiled.tuning`` says where each kernel's
+    config came from."""
     gm = torch.fx.experimental.proxy_tensor.make_fx(t.fn, tracing_mode="fake")(*t.inputs)
-    return compile_fx(gm, list(t.inputs), CompileOptions(backend=backend))
+    options = CompileOptions(backend=registry.resolve(backend), tuner=tuner_for(tune, settings))
+    return compile_fx(gm, list(t.inputs), options)
 
 
-def sweep(t: SweepTarget, backend: Backend, settings: TuneSettings) -> list[KernelReport]:
+def sweep(t: SweepTarget, backend: str | Backend, settings: TuneSettings) -> list[KernelReport]:
     """Tune every kernel of ``t`` on ``backend``; returns one report per kernel."""
     compiled_fn = compile_target(t, backend)
     lowered = compiled_fn.lowered
@@ -63,11 +67,3 @@ def sweep(t: SweepTarget, backend: Backend, settings: TuneSettings) -> list[Kern
     harness = GraphHarness(lowered.compiled, lambda g: flat_tensors(lowered.run(list(args), g)),
                            flat_tensors(t.fn(*t.inputs)), BenchOptions(budget_s=settings.measure_s))
     return GraphTuner(harness, settings, open_db(resolve_url(settings.db_url)), label=t.name).tune_all()
-
-
-def compile_tuned(t: SweepTarget, backend: Backend, tune: str, settings: TuneSettings):
-    """``t`` compiled through the lowering with configs from the tuning DB (``tune="db"``) or a
-    sweep (``tune="sweep"``, verified against PyTorch's result); call it like ``t.fn``.
-    ``result.lowered.compiled.tuning`` says where each kernel's config came from."""
-    gm = torch.fx.experimental.proxy_tensor.make_fx(t.fn, tracing_mode="fake")(*t.inputs)
-    return compile_fx(gm, list(t.inputs), CompileOptions(backend=backend, tuner=tuner_for(tune, settings)))

@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 
+from ..backends.base import Backend
 from ..core.space import SearchSpace, config_key
 from ..db.api import HardwareInfo, LookupKind, TrialState, TuningDB, TuningKey
 from ..db.models import utcnow
@@ -70,8 +71,10 @@ class KernelReport:
 class GraphTuner:
     """Tunes the kernels of ``harness.compiled`` on its backend, on this machine's hardware."""
 
-    def __init__(self, harness: GraphHarness, settings: TuneSettings, db: TuningDB, label: str = ""):
-        self.harness, self.backend, self.settings = harness, harness.compiled.backend, settings
+    def __init__(self, harness: GraphHarness, settings: TuneSettings, db: TuningDB, label: str = "",
+                 backend: Backend | None = None):
+        self.harness, self.settings = harness, settings
+        self.backend = backend or harness.compiled.backend  # builds the candidates
         self.label = label or harness.compiled.name
         self.db = db
         self.hardware: HardwareInfo = self.backend.hardware(harness.device)

@@ -89,7 +89,7 @@ def source_digest(*folders: Path) -> str:
     interprets its config) makes winners measured before it stale, so none is served unmeasured.
     """
     h = hashlib.sha256()
-    for folder in folders:
-        for path in sorted(Path(folder).rglob("*.py")) if Path(folder).is_dir() else [Path(folder)]:
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for folder in map(Path, folders):
+        for path in sorted(folder.rglob("*.py")) if folder.is_dir() else [folder]:
+            h.update(f"{path.relative_to(folder.parent)}\0".encode() + path.read_bytes())
     return h.hexdigest()[:16]

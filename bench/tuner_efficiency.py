@@ -30,15 +30,13 @@ if any(os.environ.get(k) != v for k, v in MALLOC.items()):
 import optuna  # noqa: E402
 
 from loopnest.autotune.evaluate import KernelEvaluator, Outcome  # noqa: E402
-from loopnest.autotune.hardware import current_hardware  # noqa: E402
 from loopnest.autotune.harness import GraphHarness  # noqa: E402
-from loopnest.autotune.hooks import tuning_hooks  # noqa: E402
-from loopnest.autotune.measure import BenchOptions, Timing  # noqa: E402
 from loopnest.autotune.options import TuneSettings  # noqa: E402
-from loopnest.autotune.space import config_key  # noqa: E402
 from loopnest.autotune.study import StudyLoop, enqueue_warm_starts, make_sampler  # noqa: E402
 from loopnest.autotune.sweep import compile_target, flat_tensors, target  # noqa: E402
-from loopnest.backends.registry import get_backend  # noqa: E402
+from loopnest.backends import registry  # noqa: E402
+from loopnest.core.space import config_key  # noqa: E402
+from loopnest.core.timing import BenchOptions, Timing  # noqa: E402
 from loopnest.db.api import HardwareInfo, TrialState  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -53,12 +51,14 @@ def setup(workload: str, size: str, hardware: HardwareInfo | None = None, measur
     t = target(workload, "cpp", size)
     fn = compile_target(t, "cpp")
     compiled = fn.lowered.compiled
-    harness = GraphHarness(compiled, lambda: flat_tensors(fn(*t.inputs)), flat_tensors(t.fn(*t.inputs)),
-                           BenchOptions(budget_s=measure_s))
-    hooks, hardware = tuning_hooks("cpp"), hardware or current_hardware("cpu")
-    kernel = max(compiled.schedule.kernels, key=lambda k: (bool(k.reductions), hooks.search_space(k, hardware).size))
-    space = hooks.search_space(kernel, hardware)
-    evaluator = KernelEvaluator(kernel, get_backend("cpp"), harness, hooks, 120.0, os.cpu_count() or 1)
+    args = list(fn.codegen.process_inputs(*t.inputs))
+    harness = GraphHarness(compiled, lambda g: flat_tensors(fn.lowered.run(list(args), g)),
+                           flat_tensors(t.fn(*t.inputs)), BenchOptions(budget_s=measure_s))
+    cpp = registry.get("cpp")
+    hardware = hardware or cpp.hardware()
+    kernel = max(compiled.schedule.kernels, key=lambda k: (bool(k.reductions), cpp.space(k, hardware).size))
+    space = cpp.space(kernel, hardware)
+    evaluator = KernelEvaluator(kernel, cpp, harness, 120.0, os.cpu_count() or 1)
     return kernel, space, evaluator
 
 
@@ -76,9 +76,9 @@ def measure_all(workload: str, size: str, measure_s: float) -> dict:
             rows.append({"values": values, "state": outcome.state.value,
                          "p50_us": outcome.timing.p50_us if outcome.ok else None})
         print(f"  measured {len(rows)}/{len(valid)}", flush=True)
-    default = get_backend("cpp").default_config(kernel)
+    default = registry.get("cpp").default_config(kernel)
     return {"workload": workload, "size": size, "kernel": kernel.structural_hash,
-            "machine": current_hardware("cpu").to_dict(), "default": space.values(default),
+            "machine": registry.get("cpp").hardware().to_dict(), "default": space.values(default),
             "date": datetime.date.today().isoformat(), "rows": rows}
 
 

@@ -67,20 +67,25 @@ class Settings:
                         cxx=os.environ.get("CXX") or "g++")
 
 
-_overrides: list[Settings] = []
+_overrides: list[dict] = []
 
 
 def current() -> Settings:
-    """The active settings: the innermost ``scope``, else the environment as it is now."""
-    return _overrides[-1] if _overrides else Settings.from_env()
+    """The active settings: the environment as it is now, with the fields ``scope`` overrides."""
+    s = Settings.from_env()
+    for changes in _overrides:
+        s = dataclasses.replace(s, **changes)
+    return s
 
 
 @contextlib.contextmanager
 def scope(**changes):
-    """Override some settings inside a ``with`` block (tests, ahead-of-time compile checks)."""
-    _overrides.append(dataclasses.replace(current(), **changes))
+    """Override some settings inside a ``with`` block (tests, ahead-of-time compile checks); the
+    other fields still follow the environment."""
+    dataclasses.replace(Settings.from_env(), **changes)  # unknown fields fail here, before the block
+    _overrides.append(changes)
     try:
-        yield _overrides[-1]
+        yield current()
     finally:
         _overrides.pop()
 

@@ -469,11 +469,6 @@ def _invert(self: Tensor) -> Tensor:
     return apply(Op.NOT if self.dtype.is_bool else Op.BITNOT, self)
 
 
-def _floordiv(self, other, reflected=False):
-    a, b = (other, self) if reflected else (self, other)
-    return apply(Op.FLOORDIV, a, b)
-
-
 _OPERATORS = {
     "__add__": _binary(Op.ADD), "__radd__": _binary(Op.ADD, True),
     "__sub__": _binary(Op.SUB), "__rsub__": _binary(Op.SUB, True),

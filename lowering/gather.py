@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir.index import Index
 from . import tensors as T
@@ -27,7 +27,7 @@ def _gather(ctx, x, dim, index, sparse_grad=False):
     shape = tuple(x.shape[k] if k == dim else index.shape[k] for k in range(x.ndim))
     base = x if shape == tuple(x.shape) else T.view(x, shape, lambda idx: idx, "gather_window")
     out = T.take(base, dim, index)
-    return F.reshape(out, ctx.out_shape()) if tuple(out.shape) != tuple(ctx.out_shape()) else out
+    return dslf.reshape(out, ctx.out_shape()) if tuple(out.shape) != tuple(ctx.out_shape()) else out
 
 
 @register_lowering(aten.index_select.default)
@@ -36,7 +36,7 @@ def _index_select(ctx, x, dim, index):
         return T.copy(T.expand(x, ctx.out_shape()))
     dim = norm_dim(dim, x.ndim)
     out_shape = ctx.out_shape()
-    flat = index if index.ndim == 1 else F.reshape(index, (Index.of(1),))
+    flat = index if index.ndim == 1 else dslf.reshape(index, (Index.of(1),))
     spread = T.view(flat, out_shape, lambda idx: (idx[dim],), "index_select")
     return T.take(x, dim, spread)
 
@@ -63,9 +63,9 @@ def advanced_index(x: Tensor, indices: list) -> Tensor:
     index_tensors = [indices[k] for k in positions]
     if positions != list(range(positions[0], positions[-1] + 1)):
         order = positions + [k for k in range(x.ndim) if k not in positions]
-        x = F.permute(x, order)
+        x = dslf.permute(x, order)
         positions = list(range(len(positions)))
-    batch = F.broadcast_shapes(*(t.shape for t in index_tensors), what="index")
+    batch = dslf.broadcast_shapes(*(t.shape for t in index_tensors), what="index")
     p0, nb = positions[0], len(batch)
     pre, post = x.shape[:p0], x.shape[positions[-1] + 1:]
     indexed = [x.shape[k] for k in positions]
@@ -74,7 +74,7 @@ def advanced_index(x: Tensor, indices: list) -> Tensor:
     for j, t in enumerate(index_tensors):
         rest = tuple(indexed[j + 1:])
         target = pre + batch + (Index.of(1),) + rest + post
-        spread = F.broadcast_to(t, batch)
+        spread = dslf.broadcast_to(t, batch)
         spread = T.view(spread, target, lambda idx: idx[p0:p0 + nb], "index_spread")
         y = T.squeeze(T.take(y, axis, spread), [axis])
     return y

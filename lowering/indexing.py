@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.index import Index, mod, product
@@ -61,12 +61,12 @@ def _arange(ctx, start, step):
     shape = ctx.out_shape()
     if out.is_float:
         pos = T.cast(T.iota(shape, 0), dt.float64)
-        return T.cast(F.apply(Op.ADD, F.apply(Op.MUL, pos, float(step)), float(start)), out)
+        return T.cast(dslf.apply(Op.ADD, dslf.apply(Op.MUL, pos, float(step)), float(start)), out)
     pos = T.iota(shape, 0)
     if step != 1:
-        pos = F.apply(Op.MUL, pos, _int(step))
+        pos = dslf.apply(Op.MUL, pos, _int(step))
     if not (isinstance(start, int) and start == 0):
-        pos = F.apply(Op.ADD, pos, _int(start))
+        pos = dslf.apply(Op.ADD, pos, _int(start))
     return T.copy(T.cast(pos, out))
 
 
@@ -110,7 +110,7 @@ def _cat(ctx, tensors, dim=0):
     for k in range(len(pieces) - 2, -1, -1):
         start = ends[k - 1] if k else Index.of(0)
         piece = T.shift_along(pieces[k], dim, size, start)
-        result = F.where(F.apply(Op.LT, pos, T.int_operand(ends[k])), piece, result)
+        result = dslf.where(dslf.apply(Op.LT, pos, T.int_operand(ends[k])), piece, result)
     return result
 
 
@@ -126,7 +126,7 @@ def _pad(ctx, x, pad, value=0):
             continue
         y = T.shift_along(y, d, out_shape[d], _idx(lo))
         if _positive(lo) or _positive(hi):
-            y = F.where(T.in_range(y.shape, d, _idx(lo), _idx(lo) + x.shape[d]), y, fill)
+            y = dslf.where(T.in_range(y.shape, d, _idx(lo), _idx(lo) + x.shape[d]), y, fill)
     return y if y is not x else T.copy(x)
 
 
@@ -162,8 +162,8 @@ def _repeat(ctx, x, repeats):
 @register_lowering(aten.roll.default)
 def _roll(ctx, x, shifts, dims=()):
     if not dims:
-        flat = F.reshape(x, (product(x.shape),))
-        return F.reshape(_roll_dim(flat, 0, shifts[0]), x.shape)
+        flat = dslf.reshape(x, (product(x.shape),))
+        return dslf.reshape(_roll_dim(flat, 0, shifts[0]), x.shape)
     y = x
     for s, d in zip(shifts, dims):
         y = _roll_dim(y, norm_dim(d, x.ndim), s)
@@ -188,13 +188,13 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     length = src.shape[dim]
     begin = slice_start(start, n, step)
     pos = T.iota(x.shape, dim)
-    rel = F.apply(Op.SUB, pos, T.int_operand(begin))
-    inside = F.apply(Op.AND, F.apply(Op.GE, rel, 0), F.apply(Op.LT, rel, T.int_operand(length * step)))
+    rel = dslf.apply(Op.SUB, pos, T.int_operand(begin))
+    inside = dslf.apply(Op.AND, dslf.apply(Op.GE, rel, 0), dslf.apply(Op.LT, rel, T.int_operand(length * step)))
     if step != 1:
-        inside = F.apply(Op.AND, inside, F.apply(Op.EQ, F.apply(Op.MOD, rel, step), 0))
-        rel = F.apply(Op.FLOORDIV, rel, step)
+        inside = dslf.apply(Op.AND, inside, dslf.apply(Op.EQ, dslf.apply(Op.MOD, rel, step), 0))
+        rel = dslf.apply(Op.FLOORDIV, rel, step)
     piece = T.take(T.cast(src, x.dtype), dim, T.clamp_index(rel, length))
-    return F.where(inside, piece, x)
+    return dslf.where(inside, piece, x)
 
 
 @register_lowering(aten.select_scatter.default)
@@ -202,6 +202,6 @@ def _select_scatter(ctx, x, src, dim, index):
     dim = norm_dim(dim, x.ndim)
     if not isinstance(index, Index) and index < 0:
         index = x.shape[dim] + index
-    mask = F.apply(Op.EQ, T.iota(x.shape, dim), T.int_operand(Index.of(index)))
+    mask = dslf.apply(Op.EQ, T.iota(x.shape, dim), T.int_operand(Index.of(index)))
     piece = T.expand(T.unsqueeze(T.cast(src, x.dtype), dim), x.shape)
-    return F.where(mask, piece, x)
+    return dslf.where(mask, piece, x)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch._ops import HigherOrderOperator, OpOverload
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.build import GraphBuilder, strided_layout
 from ..dsl.tensor import PlaceholderSrc, Tensor, ViewSrc, placeholder
 from ..ir import dtypes as dt
@@ -175,7 +175,7 @@ class FxLowering:
         """``dst.copy_(src)`` on a graph input (functionalized input mutation)."""
         if not isinstance(dst, Tensor) or not isinstance(dst.src, PlaceholderSrc):
             raise LoweringError(f"{node.format_node()}: copy_ into a non-input tensor")
-        value = F.broadcast_to(F.cast(src, dst.dtype), dst.shape) if isinstance(src, Tensor) else src
+        value = dslf.broadcast_to(dslf.cast(src, dst.dtype), dst.shape) if isinstance(src, Tensor) else src
         position = next(i.position for i in self.tensor_inputs if i.tensor is dst)
         self.mutations.append((position, value))
         return value
@@ -292,4 +292,4 @@ def _conform_tensor(node: torch.fx.Node, t: Tensor, val: torch.Tensor) -> Tensor
         raise LoweringError(f"{node.format_node()}: the rule for {node.target} produced shape "
                             f"{tuple(map(str, t.shape))}, the traced value has {tuple(map(str, shape))}")
     dtype = dt.to_dtype(val.dtype)
-    return t if t.dtype == dtype else F.cast(t, dtype)
+    return t if t.dtype == dtype else dslf.cast(t, dtype)

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
@@ -46,7 +46,7 @@ def compute(ctx: LoweringContext, op: Op, args, dtype: DType) -> Tensor:
     ops = aligned(ctx, [operand(a, dtype) for a in args])
     if not any(isinstance(a, Tensor) for a in ops):
         ops[0] = T.full((), ops[0], dtype)
-    return F.apply(op, *ops)
+    return dslf.apply(op, *ops)
 
 
 def aligned(ctx: LoweringContext, ops: list) -> list:
@@ -111,14 +111,14 @@ def _float_predicate(op: Op):
     def rule(ctx, x):
         if not x.dtype.is_float:
             return T.full(x.shape, False, dt.bool_)
-        return F.apply(op, x)
+        return dslf.apply(op, x)
 
     return rule
 
 
 def _rounding(op: Op):
     def rule(ctx, x):
-        return T.copy(x) if not x.dtype.is_float else F.apply(op, x)
+        return T.copy(x) if not x.dtype.is_float else dslf.apply(op, x)
 
     return rule
 
@@ -211,22 +211,22 @@ def _div_mode(ctx, a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return compute(ctx, Op.FLOORDIV, (a, b), out)
     if out.is_float:
-        return F.apply(Op.TRUNC, compute(ctx, Op.TRUEDIV, (a, b), out))
+        return dslf.apply(Op.TRUNC, compute(ctx, Op.TRUEDIV, (a, b), out))
     # integer division toward zero: floor, plus one where the signs differ and b does not divide a
     q = compute(ctx, Op.FLOORDIV, (a, b), out)
     r = compute(ctx, Op.MOD, (a, b), out)
-    signs_differ = F.apply(Op.NE, compute(ctx, Op.LT, (a, 0), out), compute(ctx, Op.LT, (b, 0), out))
-    fix = F.apply(Op.AND, F.apply(Op.NE, r, 0), signs_differ)
-    return F.where(fix, F.apply(Op.ADD, q, 1), q)
+    signs_differ = dslf.apply(Op.NE, compute(ctx, Op.LT, (a, 0), out), compute(ctx, Op.LT, (b, 0), out))
+    fix = dslf.apply(Op.AND, dslf.apply(Op.NE, r, 0), signs_differ)
+    return dslf.where(fix, dslf.apply(Op.ADD, q, 1), q)
 
 
 @register_lowering(aten.round.decimals)
 def _round_decimals(ctx, x, decimals=0):
     scale = 10.0 ** decimals
     if decimals >= 0:
-        return F.apply(Op.TRUEDIV, F.apply(Op.ROUND, F.apply(Op.MUL, x, scale)), scale)
+        return dslf.apply(Op.TRUEDIV, dslf.apply(Op.ROUND, dslf.apply(Op.MUL, x, scale)), scale)
     inv = 10.0 ** -decimals
-    return F.apply(Op.MUL, F.apply(Op.ROUND, F.apply(Op.TRUEDIV, x, inv)), inv)
+    return dslf.apply(Op.MUL, dslf.apply(Op.ROUND, dslf.apply(Op.TRUEDIV, x, inv)), inv)
 
 
 @register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
@@ -237,7 +237,7 @@ def _where(ctx, cond, a, b):
         c = T.full((), c, dt.bool_)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         x = T.full((), x, out)
-    return T.cast(F.where(c, x, y), out)
+    return T.cast(dslf.where(c, x, y), out)
 
 
 def _clamp(ctx, x, lo=None, hi=None):
@@ -258,7 +258,7 @@ register_lowering(aten.hardtanh.default)(lambda ctx, x, lo=-1.0, hi=1.0: _clamp(
 
 @register_lowering(aten.relu.default)
 def _relu(ctx, x):
-    return F.maximum(x, T.full((), False if x.dtype.is_bool else 0, x.dtype))
+    return dslf.maximum(x, T.full((), False if x.dtype.is_bool else 0, x.dtype))
 
 
 def _nan_ignoring(op: Op):
@@ -270,7 +270,7 @@ def _nan_ignoring(op: Op):
         m = compute(ctx, op, (x, y), out)
         if not out.is_float:
             return m
-        return F.where(F.apply(Op.ISNAN, x), y, F.where(F.apply(Op.ISNAN, y), x, m))
+        return dslf.where(dslf.apply(Op.ISNAN, x), y, dslf.where(dslf.apply(Op.ISNAN, y), x, m))
 
     return rule
 
@@ -282,11 +282,11 @@ register_lowering(aten.fmin.default)(_nan_ignoring(Op.MINIMUM))
 @register_lowering(aten.hypot.default)
 def _hypot(ctx, a, b):
     out = ctx.out_dtype()
-    x, y = F.apply(Op.ABS, operand(a, out)), F.apply(Op.ABS, operand(b, out))
-    hi, lo = F.maximum(x, y), F.minimum(x, y)
-    ratio = F.where(F.apply(Op.EQ, hi, 0.0), 0.0, F.apply(Op.TRUEDIV, lo, hi))
-    r = F.apply(Op.MUL, hi, F.sqrt(F.apply(Op.ADD, F.apply(Op.MUL, ratio, ratio), 1.0)))
-    return F.where(F.apply(Op.ISINF, x) | F.apply(Op.ISINF, y), math.inf, r)
+    x, y = dslf.apply(Op.ABS, operand(a, out)), dslf.apply(Op.ABS, operand(b, out))
+    hi, lo = dslf.maximum(x, y), dslf.minimum(x, y)
+    ratio = dslf.where(dslf.apply(Op.EQ, hi, 0.0), 0.0, dslf.apply(Op.TRUEDIV, lo, hi))
+    r = dslf.apply(Op.MUL, hi, dslf.sqrt(dslf.apply(Op.ADD, dslf.apply(Op.MUL, ratio, ratio), 1.0)))
+    return dslf.where(dslf.apply(Op.ISINF, x) | dslf.apply(Op.ISINF, y), math.inf, r)
 
 
 @register_lowering(aten.signbit.default)
@@ -294,8 +294,8 @@ def _signbit(ctx, x):
     if x.dtype.is_bool:
         return T.full(x.shape, False, dt.bool_)
     if not x.dtype.is_float:
-        return F.apply(Op.LT, x, 0)
-    return F.apply(Op.LT, F.apply(Op.COPYSIGN, T.full((), 1.0, x.dtype), x), 0.0)
+        return dslf.apply(Op.LT, x, 0)
+    return dslf.apply(Op.LT, dslf.apply(Op.COPYSIGN, T.full((), 1.0, x.dtype), x), 0.0)
 
 
 @register_lowering(aten.angle.default)
@@ -303,8 +303,8 @@ def _angle(ctx, x):
     """Real input: pi below zero, 0 elsewhere, NaN for NaN."""
     out = ctx.out_dtype()
     y = T.cast(x, out)
-    angle = F.where(F.apply(Op.LT, y, 0.0), math.pi, T.full((), 0.0, out))
-    return F.where(F.apply(Op.ISNAN, y), y, angle) if out.is_float else angle
+    angle = dslf.where(dslf.apply(Op.LT, y, 0.0), math.pi, T.full((), 0.0, out))
+    return dslf.where(dslf.apply(Op.ISNAN, y), y, angle) if out.is_float else angle
 
 
 @register_lowering(aten.heaviside.default)
@@ -312,7 +312,7 @@ def _heaviside(ctx, x, values):
     out = ctx.out_dtype()
     x, v = operand(x, out), operand(values, out)
     one, zero = T.full((), 1, out), T.full((), 0, out)
-    return F.where(F.apply(Op.EQ, x, 0), v, F.where(F.apply(Op.GT, x, 0), one, zero))
+    return dslf.where(dslf.apply(Op.EQ, x, 0), v, dslf.where(dslf.apply(Op.GT, x, 0), one, zero))
 
 
 # -- conversions and copies ---------------------------------------------------------------------

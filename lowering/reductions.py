@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
@@ -44,21 +44,21 @@ def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tenso
 def _sum(ctx, x, dim=None, keepdim=False, dtype=None):
     x = _with_dtype(x, dtype)
     axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, F.sum(x, axes, keepdim))
+    return _or_trivial(ctx, x, axes, dslf.sum(x, axes, keepdim))
 
 
 @register_lowering(aten.prod.default, aten.prod.dim_int)
 def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
     x = _with_dtype(x, dtype)
     axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, F.prod(x, axes, keepdim))
+    return _or_trivial(ctx, x, axes, dslf.prod(x, axes, keepdim))
 
 
 @register_lowering(aten.mean.default, aten.mean.dim)
 def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
     x = T.cast(x, ctx.out_dtype())
     axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, F.mean(x, axes, keepdim))
+    return _or_trivial(ctx, x, axes, dslf.mean(x, axes, keepdim))
 
 
 def _extreme(is_max: bool):
@@ -67,8 +67,8 @@ def _extreme(is_max: bool):
         if not axes:
             return T.copy(x)
         if x.dtype.is_bool:
-            return (F.any if is_max else F.all)(x, axes, keepdim)
-        return (F.max if is_max else F.min)(x, axes, keepdim)
+            return (dslf.any if is_max else dslf.all)(x, axes, keepdim)
+        return (dslf.max if is_max else dslf.min)(x, axes, keepdim)
 
     return rule
 
@@ -83,9 +83,9 @@ def _extreme_with_index(is_max: bool):
             return T.copy(x), T.full((), 0, dt.int64)
         d = norm_dim(dim, x.ndim)
         value = _extreme(is_max)(ctx, x, [d], keepdim) if not x.dtype.is_bool else None
-        arg = (F.argmax if is_max else F.argmin)(x, d, keepdim)
+        arg = (dslf.argmax if is_max else dslf.argmin)(x, d, keepdim)
         if value is None:
-            value = (F.any if is_max else F.all)(x, (d,), keepdim)
+            value = (dslf.any if is_max else dslf.all)(x, (d,), keepdim)
         return value, arg
 
     return rule
@@ -101,7 +101,7 @@ def _arg_extreme(is_max: bool):
             return T.full((), 0, dt.int64)
         y = T.cast(x, dt.int8) if x.dtype.is_bool else x
         axis = None if dim is None else norm_dim(dim, x.ndim)
-        return (F.argmax if is_max else F.argmin)(y, axis, keepdim)
+        return (dslf.argmax if is_max else dslf.argmin)(y, axis, keepdim)
 
     return rule
 
@@ -115,7 +115,7 @@ def _bool_reduce(is_any: bool):
         axes = reduce_axes(x, dim)
         if not axes:
             return T.copy(T.cast(x, dt.bool_))
-        return (F.any if is_any else F.all)(x, axes, keepdim)
+        return (dslf.any if is_any else dslf.all)(x, axes, keepdim)
 
     return rule
 
@@ -134,7 +134,7 @@ def var_mean(ctx: LoweringContext, x: Tensor, dim, correction, keepdim: bool, dt
         n_minus_c = 1 - c
         var = T.full(x.shape, 0.0 if n_minus_c > 0 else math.nan, dtype)
         return var, T.copy(x)
-    return F.var_mean(x, axes, c, keepdim)
+    return dslf.var_mean(x, axes, c, keepdim)
 
 
 @register_lowering(aten.var.correction)
@@ -149,19 +149,19 @@ def _var_mean(ctx, x, dim=None, correction=None, keepdim=False):
 
 @register_lowering(aten.std.correction)
 def _std(ctx, x, dim=None, correction=None, keepdim=False):
-    return F.sqrt(var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0])
+    return dslf.sqrt(var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0])
 
 
 @register_lowering(aten.std_mean.correction)
 def _std_mean(ctx, x, dim=None, correction=None, keepdim=False):
     var, mean = var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
-    return F.sqrt(var), mean
+    return dslf.sqrt(var), mean
 
 
 @register_lowering(aten.var.dim, aten.std.dim)
 def _var_dim(ctx, x, dim, unbiased=True, keepdim=False):
     var = var_mean(ctx, x, dim, 1 if unbiased else 0, keepdim, ctx.out_dtype())[0]
-    return F.sqrt(var) if ctx.node.target is aten.std.dim else var
+    return dslf.sqrt(var) if ctx.node.target is aten.std.dim else var
 
 
 # -- composites ------------------------------------------------------------------------------------
@@ -171,10 +171,10 @@ def _logsumexp(ctx, x, dim, keepdim=False):
     axes = reduce_axes(x, dim)
     if not axes:
         return T.copy(x)
-    m = F.max(x, axes, keepdim=True)
-    m = F.where(F.apply(Op.ISINF, m), 0.0, m)
-    s = F.sum(F.exp(F.apply(Op.SUB, x, m)), axes, keepdim=True)
-    out = F.apply(Op.ADD, F.log(s), m)
+    m = dslf.max(x, axes, keepdim=True)
+    m = dslf.where(dslf.apply(Op.ISINF, m), 0.0, m)
+    s = dslf.sum(dslf.exp(dslf.apply(Op.SUB, x, m)), axes, keepdim=True)
+    out = dslf.apply(Op.ADD, dslf.log(s), m)
     return out if keepdim else T.squeeze(out, axes)
 
 
@@ -182,33 +182,33 @@ def _logsumexp(ctx, x, dim, keepdim=False):
 def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
     x = T.cast(x, ctx.out_dtype() if dtype is None else dt.to_dtype(dtype))
     axes = reduce_axes(x, dim)
-    a = F.abs(x)
+    a = dslf.abs(x)
     if not axes:
-        return T.copy(T.cast(F.apply(Op.NE, x, 0.0), x.dtype) if ord == 0 else a)
+        return T.copy(T.cast(dslf.apply(Op.NE, x, 0.0), x.dtype) if ord == 0 else a)
     if ord == math.inf:
-        return F.max(a, axes, keepdim)
+        return dslf.max(a, axes, keepdim)
     if ord == -math.inf:
-        return F.min(a, axes, keepdim)
+        return dslf.min(a, axes, keepdim)
     if ord == 0:
-        return F.sum(T.cast(F.apply(Op.NE, x, 0.0), x.dtype), axes, keepdim)
+        return dslf.sum(T.cast(dslf.apply(Op.NE, x, 0.0), x.dtype), axes, keepdim)
     if ord == 1:
-        return F.sum(a, axes, keepdim)
+        return dslf.sum(a, axes, keepdim)
     if ord == 2:
-        return F.sqrt(F.sum(F.apply(Op.MUL, a, a), axes, keepdim))
-    return F.pow(F.sum(F.pow(a, float(ord)), axes, keepdim), 1.0 / float(ord))
+        return dslf.sqrt(dslf.sum(dslf.apply(Op.MUL, a, a), axes, keepdim))
+    return dslf.pow(dslf.sum(dslf.pow(a, float(ord)), axes, keepdim), 1.0 / float(ord))
 
 
 @register_lowering(aten.nansum.default)
 def _nansum(ctx, x, dim=None, keepdim=False, dtype=None):
     x = _with_dtype(x, dtype)
     if x.dtype.is_float:
-        x = F.where(F.apply(Op.ISNAN, x), 0.0, x)
+        x = dslf.where(dslf.apply(Op.ISNAN, x), 0.0, x)
     axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, F.sum(x, axes, keepdim))
+    return _or_trivial(ctx, x, axes, dslf.sum(x, axes, keepdim))
 
 
 @register_lowering(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
 def _count_nonzero(ctx, x, dim=None):
-    nz = T.cast(F.apply(Op.NE, x, False if x.dtype.is_bool else 0), dt.int64)
+    nz = T.cast(dslf.apply(Op.NE, x, False if x.dtype.is_bool else 0), dt.int64)
     axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, nz, axes, F.sum(nz, axes, False))
+    return _or_trivial(ctx, nz, axes, dslf.sum(nz, axes, False))

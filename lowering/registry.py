@@ -83,7 +83,3 @@ class LoweringContext:
         """The traced value of positional argument ``k`` (tensors fake, scalars as given)."""
         a = self.node.args[k] if k < len(self.node.args) else None
         return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-
-    def kwarg_val(self, name: str):
-        a = self.node.kwargs.get(name)
-        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a

@@ -82,13 +82,6 @@ def strides_of(value: torch.Tensor) -> tuple[Index, ...]:
     return tuple(to_index(s) for s in value.stride())
 
 
-def is_symbolic(value) -> bool:
-    """True for a SymInt/SymFloat/SymBool that is not a known constant."""
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return not value.node.is_constant() if hasattr(value.node, "is_constant") else True
-    return False
-
-
 def bare_symbol(e: Index) -> str | None:
     """The symbol name if ``e`` is exactly one symbol, else None."""
     if e.const == 0 and len(e.terms) == 1:

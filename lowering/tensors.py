@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
@@ -55,7 +55,7 @@ def copy(x: Tensor) -> Tensor:
 
 def cast(x: Tensor, dtype: DType) -> Tensor:
     """``x`` converted to ``dtype`` (``x`` itself when it already has it)."""
-    return F.cast(x, dtype)
+    return dslf.cast(x, dtype)
 
 
 # -- views ----------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def view(x: Tensor, shape: Sequence[Index], remap, what: str) -> Tensor:
 
 def reshape(x: Tensor, shape: Sequence[Index]) -> Tensor:
     """``x`` in row-major order with ``shape`` (same element count; not re-checked)."""
-    return F.reshape_view(x, shape)
+    return dslf.reshape_view(x, shape)
 
 
 def relabel(x: Tensor, shape: Sequence[Index]) -> Tensor:
@@ -102,7 +102,7 @@ def squeeze(x: Tensor, dims: Sequence[int]) -> Tensor:
 
 def expand(x: Tensor, shape: Sequence[Index]) -> Tensor:
     """Broadcast ``x`` to ``shape`` (no copy)."""
-    return F.broadcast_to(x, tuple(shape))
+    return dslf.broadcast_to(x, tuple(shape))
 
 
 def slice_dim(x: Tensor, dim: int, start: Index, step: int, length: Index) -> Tensor:
@@ -139,7 +139,7 @@ def clamp_index(index: Tensor, size: Index) -> Tensor:
     """``index`` clamped into ``[0, size)`` (a load through it is always in bounds)."""
     hi = size - 1
     upper = size_value(hi) if hi.as_int() is None else hi.as_int()
-    return F.minimum(F.maximum(index, 0), upper)
+    return dslf.minimum(dslf.maximum(index, 0), upper)
 
 
 def shift_along(piece: Tensor, dim: int, out_size: Index, offset: Index) -> Tensor:
@@ -148,7 +148,7 @@ def shift_along(piece: Tensor, dim: int, out_size: Index, offset: Index) -> Tens
     if offset == 0 and out_size == piece.shape[dim]:
         return piece
     shape = piece.shape[:dim] + (out_size,) + piece.shape[dim + 1:]
-    pos = iota(shape, dim) if offset == 0 else F.apply(Op.SUB, iota(shape, dim), int_operand(offset))
+    pos = iota(shape, dim) if offset == 0 else dslf.apply(Op.SUB, iota(shape, dim), int_operand(offset))
     return take(piece, dim, clamp_index(pos, piece.shape[dim]))
 
 
@@ -161,4 +161,4 @@ def int_operand(value: Index):
 def in_range(shape: Shape, dim: int, lo: Index, hi: Index) -> Tensor:
     """A bool tensor of ``shape``: ``lo <= position along dim < hi``."""
     pos = iota(shape, dim)
-    return F.apply(Op.AND, F.apply(Op.GE, pos, int_operand(lo)), F.apply(Op.LT, pos, int_operand(hi)))
+    return dslf.apply(Op.AND, dslf.apply(Op.GE, pos, int_operand(lo)), dslf.apply(Op.LT, pos, int_operand(hi)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dsl import functions as F
+from ..dsl import functions as dslf
 from ..dsl.tensor import PlaceholderSrc, PointwiseSrc, ReductionSrc
 from ..ir.index import Index, floordiv, mod, product
 from . import tensors as T
@@ -34,7 +34,7 @@ def _view(ctx: LoweringContext, x, size):
 def _permute(ctx, x, dims):
     if x.ndim == 0:
         return x
-    return F.permute(x, tuple(norm_dim(d, x.ndim) for d in dims))
+    return dslf.permute(x, tuple(norm_dim(d, x.ndim) for d in dims))
 
 
 @register_lowering(aten.transpose.int)
@@ -44,12 +44,12 @@ def _transpose(ctx, x, d0, d1):
     dims = list(range(x.ndim))
     a, b = norm_dim(d0, x.ndim), norm_dim(d1, x.ndim)
     dims[a], dims[b] = dims[b], dims[a]
-    return F.permute(x, tuple(dims))
+    return dslf.permute(x, tuple(dims))
 
 
 @register_lowering(aten.t.default)
 def _t(ctx, x):
-    return x if x.ndim < 2 else F.permute(x, (1, 0))
+    return x if x.ndim < 2 else dslf.permute(x, (1, 0))
 
 
 @register_lowering(aten.expand.default)

@@ -4,29 +4,44 @@ import os
 import pytest
 import torch
 
+from loopnest.backends import registry
+from loopnest.core import settings
+
 # Every buffer loopnest allocates starts as NaN (or a sentinel), so unwritten elements show.
 os.environ.setdefault("LOOPNEST_POISON", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
-    """Point loopnest's on-disk caches and tuning DB at temp dirs unless the caller set them."""
-    if "LOOPNEST_CACHE_DIR" not in os.environ:
-        os.environ["LOOPNEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("ln-cache"))
-    if "LOOPNEST_DB" not in os.environ:  # torch.compile defaults to tune="db": never the user's DB
-        os.environ["LOOPNEST_DB"] = f"sqlite:///{tmp_path_factory.mktemp('ln-db')}/tuning.db"
+    """Point loopnest's on-disk caches and tuning DB at temp dirs, whatever the environment says:
+    tests never touch the user's DB (torch.compile defaults to tune="db") or code cache."""
+    os.environ["LOOPNEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("ln-cache"))
+    os.environ["LOOPNEST_DB"] = f"sqlite:///{tmp_path_factory.mktemp('ln-db')}/tuning.db"
     yield
+
+
+@pytest.fixture(autouse=True)
+def _triton_mode():
+    """Triton kernels run in Triton's CPU interpreter on machines without a GPU, in every test
+    (nothing depends on the environment or on which test module was imported first)."""
+    with settings.scope(triton_interpret=not torch.cuda.is_available()):
+        yield
+
+
+@pytest.fixture(params=["cpp", "triton"])
+def backend(request):
+    """Each backend in turn (Triton in its interpreter without a GPU), for shared correctness tests."""
+    return registry.get(request.param)
 
 
 @pytest.fixture
 def real_gpu():
-    """Triton kernels compiled for the GPU, even in a process where another test module turned
-    the interpreter on (tests/test_triton.py sets TRITON_INTERPRET=1 when it is imported)."""
+    """Triton kernels compiled for the GPU, whatever TRITON_INTERPRET says."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from loopnest.backends.triton import settings as triton_settings
-    with triton_settings.scope(interpret=False):
+    with settings.scope(triton_interpret=False):
         yield
+
 
 
 TOLERANCES = {

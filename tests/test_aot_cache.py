@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import loopnest.lowering.dynamo as dynamo_backend
-from loopnest.counters import counters
+from loopnest.core.counters import counters
 
 from conftest import assert_close
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import loopnest as ln
+from loopnest.backends import registry
 from conftest import assert_close
 from loopnest.ir.interpret import OPS, KernelInterpreter, interpret_graph
 from loopnest.ir.ops import Op
 from loopnest.pipeline import compile_graph
-from loopnest.runtime.compiled import CompiledGraph
 
 
 def test_every_scalar_op_has_an_interpretation():
@@ -73,8 +73,8 @@ def test_interpreter_matches_cpp_kernel_by_kernel_and_graph_by_graph(program):
     graph = fn.graph(*args)
     for k, (got, want) in enumerate(zip(interpret_graph(graph, args), expected)):
         assert_close(got, want, f"interpret_graph output {k}")
-    compiled = compile_graph(graph)
-    interpreted = CompiledGraph(compiled.schedule, {k.name: KernelInterpreter(k) for k in compiled.schedule.kernels})
+    compiled = compile_graph(graph, registry.get("cpp"))
+    interpreted = compiled.with_launchers({k.name: KernelInterpreter(k) for k in compiled.schedule.kernels})
     for k, (got, want) in enumerate(zip(interpreted(*args), expected)):
         assert_close(got, want, f"KernelInterpreter output {k}")
 

@@ -32,11 +32,11 @@ SWEEP = textwrap.dedent("""
 WARM = textwrap.dedent("""
     import json, sys
     from loopnest.autotune.options import TuneSettings
-    from loopnest.autotune.sweep import compile_tuned, flat_tensors, target
-    from loopnest.counters import counters
+    from loopnest.autotune.sweep import compile_target, flat_tensors, target
+    from loopnest.core.counters import counters
     t = target(sys.argv[2], "cpp", "tiny")
     counters.reset()
-    fn = compile_tuned(t, "cpp", "db", TuneSettings(db_url=sys.argv[1]))
+    fn = compile_target(t, "cpp", "db", TuneSettings(db_url=sys.argv[1]))
     out = fn(*t.inputs)
     ok = all(bool((a - b).abs().max() < 1e-4) for a, b in zip(flat_tensors(out), flat_tensors(t.fn(*t.inputs))))
     decisions = {k: [d.source, d.lookup, d.config] for k, d in fn.lowered.compiled.tuning.items()}

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import loopnest as ln
-from loopnest.autotune.space import InvalidConfig, Knob, config_key
-from loopnest.autotune.study import make_sampler
+from loopnest.core.space import InvalidConfig, Knob, config_key
+from loopnest.autotune.study import make_sampler, suggest
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.backends.cpp.space import search_space as cpp_space
@@ -54,12 +54,18 @@ def test_cpp_space_tunes_only_knobs_the_code_uses(build, shape, knobs):
     assert next(k for k in space.knobs if k.name == "threads").choices == (0, 1, 2, 4)
 
 
-def test_cpp_reduction_space_has_at_least_100_points_and_every_point_builds():
-    space = cpp_space(kernel_of(WELFORD_ROWS, (64, 96)), CPU2)
+def test_cpp_reduction_space_has_at_least_100_points_and_every_point_generates_code_a_sample_builds():
+    kernel = kernel_of(WELFORD_ROWS, (64, 96))
+    space = cpp_space(kernel, CPU2)
     points = list(space.points())
     assert len(points) >= 100
     assert all(isinstance(c, CppConfig) for _, c in points)
     assert len({config_key(c) for _, c in points}) == len(points)
+    backend = CppBackend()
+    sources = {backend.codegen(kernel, c) for _, c in points}
+    assert len(sources) > 1  # the knobs change the code
+    for _, config in points[:: len(points) // 3][:3]:  # g++ on a spread of points, not all of them
+        backend.prebuild(kernel, config, timeout=120)
 
 
 def test_stored_configs_are_validated_against_the_space():
@@ -81,7 +87,7 @@ def test_encode_round_trips_and_grid_covers_the_space():
     seen = set()
     for _ in range(space.size):
         trial = study.ask()
-        seen.add(config_key(space.config(space.suggest(trial))))
+        seen.add(config_key(space.config(suggest(space, trial))))
         study.tell(trial, 1.0)
     assert len(seen) == space.size
 

@@ -10,27 +10,33 @@ import torch
 
 from autotune_support import absmax_graph, db_url, fast, rows_graph  # noqa: F401 - db_url is a fixture
 from conftest import assert_close
-from loopnest.autotune.hardware import current_hardware, software_versions
+from loopnest.autotune.compile_time import tuner_for
 from loopnest.autotune.evaluate import KernelEvaluator, TrialRecorder
 from loopnest.autotune.harness import GraphHarness
-from loopnest.autotune.hooks import tuning_hooks
 from loopnest.autotune.keys import study_name, tuning_key
-from loopnest.autotune.measure import BenchOptions
+from loopnest.core.timing import BenchOptions
 from loopnest.autotune.storage import open_db
 from loopnest.autotune.study import StudyLoop
 from loopnest.autotune.tuner import GraphTuner
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.backends.cpp.space import search_space as cpp_space
-from loopnest.backends.triton import settings as triton_settings
-from loopnest.counters import counters
+from loopnest.backends import registry
+from loopnest.core import settings as ln_settings
+from loopnest.core.counters import counters
 from loopnest.db.api import TrialState
-from loopnest.pipeline import compile_graph
+from loopnest.pipeline import compile_graph as build
+
+CPP = registry.get("cpp")
+
+
+def compile_graph(graph, backend=CPP, tune="off", tuning=None):
+    return build(graph, backend, tuner=tuner_for(tune, tuning))
 
 
 def key_of(compiled, env=None):
     kernel = compiled.schedule.kernels[0]
-    return kernel, tuning_key(kernel, "cpp", current_hardware("cpu"), env or {})
+    return kernel, tuning_key(kernel, "cpp", CPP.hardware(), env or {})
 
 
 def test_sweep_stores_a_verified_winner_and_db_mode_serves_it(db_url):
@@ -81,11 +87,9 @@ class FaultyCpp(CppBackend):
         self.bad = bad
 
     def compile(self, kernels):
-        launchers = super().compile(kernels)
-        for kernel, config in kernels:
-            if config == self.bad:
-                launchers[kernel.name] = zero_writer(kernel)
-        return launchers
+        artifact = super().compile(kernels)
+        launchers = {k.name: zero_writer(k) if c == self.bad else artifact.launchers[k.name] for k, c in kernels}
+        return dataclasses.replace(artifact, launchers=launchers)
 
 
 def zero_writer(kernel):
@@ -100,11 +104,10 @@ def test_a_wrong_config_is_recorded_wrong_result_and_never_wins(db_url, oracle):
     graph, args = absmax_graph()
     compiled = compile_graph(graph)
     expected = [args[0].abs().amax()] if oracle == "eager" else None
-    harness = GraphHarness(compiled, lambda: list(compiled(*args)), expected, BenchOptions(budget_s=0.02))
+    harness = GraphHarness(compiled, lambda g: list(g(*args)), expected, BenchOptions(budget_s=0.02))
     bad = CppConfig(threads=1)
-    hardware = current_hardware("cpu")
     settings = fast(db_url, trials=8, sampler="grid")
-    tuner = GraphTuner(harness, FaultyCpp(bad), settings, open_db(db_url), hardware, software_versions("cpp"))
+    tuner = GraphTuner(harness, settings, open_db(db_url), backend=FaultyCpp(bad))
     (report,) = tuner.tune_all()
     _, key = key_of(compiled)
     db = open_db(db_url)
@@ -125,14 +128,14 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     assert (decision.source, decision.lookup) == ("default", "nearest") and "nearest shape" in decision.note
     db = open_db(db_url)
     near_winner = CppConfig(threads=1, lanes=8, schedule="guided", grain=1)
-    db.store_winner(key, near_winner.to_json(), 4.0, 8.0, software_versions("cpp"))
+    db.store_winner(key, near_winner.to_json(), 4.0, 8.0, CPP.software())
     compile_graph(other, tune="sweep", tuning=fast(db_url, trials=2))
     _, other_key = key_of(near)
     study = optuna.load_study(study_name=study_name("ln", other_key), storage=db_url)
     warm = {t.user_attrs.get("warm_start"): t.user_attrs["config"] for t in study.trials if "config" in t.user_attrs}
     assert warm["nearest"] == near_winner.to_json()
 
-    old_software = {**software_versions("cpp"), "codegen_version": 0}
+    old_software = {**CPP.software(), "codegen_version": 0}
     marked = CppConfig(threads=1, lanes=4, schedule="dynamic", grain=8)
     db.store_winner(key, marked.to_json(), 5.0, 10.0, old_software)
     stale = compile_graph(graph, tune="db", tuning=fast(db_url))
@@ -146,7 +149,7 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
             if "warm_start" in t.user_attrs and "config" in t.user_attrs}
     assert warm["stale"] == marked.to_json()
     (winner,) = [w for w in db.winners() if w.sizes == key.sizes]
-    assert winner.software == software_versions("cpp") and not winner.stale
+    assert winner.software == CPP.software() and not winner.stale
 
 
 @pytest.mark.parametrize("stored", [
@@ -160,7 +163,7 @@ def test_a_tampered_stored_config_is_skipped_with_a_warning(db_url, stored, capl
     kernel, key = key_of(compiled)
     db = open_db(db_url)
     db.register_kernel(key.kernel_hash, "cpp", kernel.name, kernel.text())
-    db.store_winner(key, stored, 1.0, 2.0, software_versions("cpp"))
+    db.store_winner(key, stored, 1.0, 2.0, CPP.software())
     with caplog.at_level(logging.WARNING, logger="loopnest.autotune"):
         served = compile_graph(graph, tune="db", tuning=fast(db_url))
     (decision,) = served.tuning.values()
@@ -183,8 +186,8 @@ def test_time_budget_stops_a_study(tmp_path):
 def test_triton_kernels_tune_in_the_interpreter(tmp_path):
     graph, args = absmax_graph(n=2000)
     url = f"sqlite:///{tmp_path / 't.db'}"
-    with triton_settings.scope(interpret=True):
-        compiled = compile_graph(graph, "triton", tune="sweep", tuning=fast(url, trials=3, sampler="random"))
+    with ln_settings.scope(triton_interpret=True):
+        compiled = compile_graph(graph, registry.get("triton"), tune="sweep", tuning=fast(url, trials=3, sampler="random"))
         (decision,) = compiled.tuning.values()
         assert decision.source == "sweep"
         assert_close(compiled(*args)[0], args[0].abs().amax(), "absmax")
@@ -215,8 +218,8 @@ def test_points_rejected_by_static_constraints_are_recorded_invalid_and_never_bu
     space = dataclasses.replace(cpp_space(kernel, key.hardware),
                                 constraint=lambda c: "lanes above 8 rejected" if c.lanes > 8 else None)
     backend = CountingCpp()
-    harness = GraphHarness(compiled, lambda: list(compiled(*args)), None, BenchOptions(budget_s=0.02))
-    evaluator = KernelEvaluator(kernel, backend, harness, tuning_hooks("cpp"), 60.0, 2,
+    harness = GraphHarness(compiled, lambda g: list(g(*args)), None, BenchOptions(budget_s=0.02))
+    evaluator = KernelEvaluator(kernel, backend, harness, 60.0, 2,
                                 TrialRecorder(db, key, "constrained"))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     result = StudyLoop(study, space, evaluator, fast(url, trials=4), "tag").run()

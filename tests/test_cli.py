@@ -6,9 +6,9 @@ import sqlite3
 
 import pytest
 
-from loopnest.autotune.hardware import current_hardware
+from loopnest.core.hardware import this_cpu
 from loopnest.cli import main
-from loopnest.db.api import TuningDB
+from loopnest.db.api import HardwareInfo, TuningDB
 
 WINNER_FIELDS = {"kernel", "name", "backend", "sizes", "dtypes", "hardware", "config", "time_us",
                  "default_time_us", "speedup", "stale"}
@@ -55,7 +55,7 @@ def test_db_list_json_has_every_winner_field(swept, capsys):
     assert code == 0 and len(rows) == 2
     for row in rows:
         assert WINNER_FIELDS <= set(row)
-        assert row["hardware"]["fingerprint"] == current_hardware().fingerprint
+        assert row["hardware"]["fingerprint"] == this_cpu().fingerprint
         assert row["speedup"] == pytest.approx(row["default_time_us"] / row["time_us"])
 
 
@@ -107,6 +107,28 @@ def test_export_then_import_round_trips_and_a_bad_row_imports_nothing(swept, tmp
     assert TuningDB(other).winners() == []
 
 
+def test_a_winner_tuned_on_a_16_core_machine_imports_here_and_stays_keyed_to_it(swept, tmp_path, capsys):
+    dump = tmp_path / "winners.jsonl"
+    assert main(["db", "export", "--db", swept[0], "--out", str(dump)]) == 0
+    row = json.loads(dump.read_text().splitlines()[0])
+    big = HardwareInfo("cpu", "Xeon with 16 cores", row["hardware"]["capability"], 16, 64 << 30)
+    row["hardware"], row["config"]["threads"] = big.to_dict(), 16
+    too_many = {**row, "config": {**row["config"], "threads": 32}}  # more threads than its own cores
+    (tmp_path / "big.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "over.jsonl").write_text(json.dumps(too_many) + "\n")
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    code, out = run(capsys, "db", "import", str(tmp_path / "big.jsonl"), "--db", fresh)
+    assert code == 0 and "imported 1" in out
+    (winner,) = TuningDB(fresh).winners()
+    assert winner.hardware == big and winner.config["threads"] == 16
+    assert main(["db", "import", str(tmp_path / "over.jsonl"), "--db", fresh]) == 1
+    assert "exceeds the 16 cores" in capsys.readouterr().err
+    code, out = run(capsys, "db", "best", row["kernel"], "--sizes", "x".join(map(str, row["sizes"])),
+                    "--db", fresh, "--format", "json")
+    (answer,) = json.loads(out)
+    assert answer["kind"] == "miss"  # keyed to the 16-core machine: never served on this one
+
+
 def test_gc_never_deletes_winners(swept, tmp_path, capsys):
     url = copy_db(swept, tmp_path)
     before = TuningDB(url)
@@ -122,7 +144,7 @@ def test_gc_never_deletes_winners(swept, tmp_path, capsys):
 def test_hardware_prints_the_fingerprint(capsys):
     code, out = run(capsys, "hardware", "--format", "json")
     rows = json.loads(out)
-    assert code == 0 and rows[0]["fingerprint"] == current_hardware().fingerprint
+    assert code == 0 and rows[0]["fingerprint"] == this_cpu().fingerprint
     assert "codegen_version" in rows[0]["software"]
 
 

@@ -17,10 +17,8 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, make_url, text
 
-from loopnest.autotune.hardware import (
-    CPU_ISA_FLAGS, cpu_hardware, current_hardware, software_versions,
-)
-from loopnest.backends.codegen_version import CODEGEN_VERSION
+from loopnest.backends import registry
+from loopnest.core.hardware import CPU_ISA_FLAGS, cpu_hardware, this_cpu
 from loopnest.db.api import (
     HardwareInfo, ImportRowError, LookupKind, SchemaError, TrialState, TuningDB, TuningKey,
     UnknownKernelError, default_db_url,
@@ -73,19 +71,19 @@ def db(db_url):
 
 @pytest.fixture(scope="module")
 def cpu():
-    return current_hardware("cpu")
+    return this_cpu()
 
 
 @pytest.fixture(scope="module")
 def software():
-    return software_versions("cpp")
+    return registry.get("cpp").software()
 
 
 def key(hw, sizes=(8192, 2048), dtypes=("float32",), kernel=SOFTMAX):
     return TuningKey(kernel[0], kernel[1], sizes, dtypes, hw)
 
 
-def validate_cpp_config(backend: str, config: dict) -> None:
+def validate_cpp_config(backend: str, config: dict, hardware: HardwareInfo) -> None:
     """A backend config check of the kind backends/cpp/space.py provides."""
     if backend != "cpp" or set(config) != {"block", "threads"}:
         raise ValueError(f"{backend} config must have exactly block and threads: {config}")
@@ -248,7 +246,7 @@ def test_lookup_exact_stale_nearest_miss(db, cpu, software):
     gpu = HardwareInfo("cuda", "NVIDIA H200", "sm_90", 132, 150_000_000_000)
     assert db.lookup(key(gpu), software).kind == LookupKind.MISS
 
-    newer_codegen = {**software, "codegen_version": CODEGEN_VERSION + 1}
+    newer_codegen = {**software, "codegen_version": "another"}
     stale = db.lookup(key(cpu, (8192, 2048)), newer_codegen)
     assert stale.kind == LookupKind.STALE and stale.winner.stale and not stale.is_measured
     assert [w.sizes for w in db.stale_winners()] == [(8192, 2048)]
@@ -385,22 +383,25 @@ model name\t: Intel(R) Xeon(R) Platinum 8480+
 def test_hardware_descriptions(cpu):
     assert cpu.kind == "cpu" and cpu.cores == os.cpu_count() and cpu.memory_bytes > 0
     assert set(filter(None, cpu.capability.split(","))) <= set(CPU_ISA_FLAGS)
-    assert current_hardware("cpu").fingerprint == cpu.fingerprint
+    assert registry.get("cpp").hardware().fingerprint == cpu.fingerprint
     xeon = cpu_hardware(CPUINFO, "MemTotal:       2113451 kB\n", 112)
     assert xeon.name == "Intel(R) Xeon(R) Platinum 8480+"
     assert xeon.capability == "avx,avx2,fma,avx512f,avx512bw,avx512vl,avx512_bf16,amx"
     assert xeon.memory_bytes == 2113451 * 1024 and xeon.fingerprint != cpu.fingerprint
     assert cpu_hardware(CPUINFO, "", 56).fingerprint != xeon.fingerprint
     with pytest.raises(ValueError, match="device"):
-        current_hardware("meta")
+        registry.for_device("meta")
 
 
-def test_software_versions():
-    cpp = software_versions("cpp")
-    assert cpp["codegen_version"] == CODEGEN_VERSION and cpp["compiler"].startswith("g++ ")
-    assert "triton" in software_versions("triton") and "compiler" not in software_versions("triton")
+def test_software_versions_name_the_compiler_builds_use(monkeypatch):
+    cpp = registry.get("cpp").software()
+    assert len(cpp["codegen_version"]) == 16 and cpp["compiler"].startswith("g++ ")
+    monkeypatch.setenv("CXX", "gcc")  # builds use $CXX, so staleness must check it too
+    assert registry.get("cpp").software()["compiler"].startswith("gcc ")
+    triton = registry.get("triton").software()
+    assert "triton" in triton and "compiler" not in triton and triton["codegen_version"] != cpp["codegen_version"]
     with pytest.raises(ValueError, match="unknown backend"):
-        software_versions("metal")
+        registry.get("metal")
 
 
 def test_default_db_url(monkeypatch, tmp_path):

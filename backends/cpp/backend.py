@@ -35,7 +35,7 @@ class CppBackend:
         return this_cpu()
 
     def software(self) -> dict[str, Any]:
-        return software_versions(codegen=source_digest(*CODEGEN_SOURCES),
+        return software_versions(codegen_version=source_digest(*CODEGEN_SOURCES),
                                  compiler=compiler_version(settings.current().cxx))
 
     def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:

@@ -49,7 +49,7 @@ class TritonBackend:
 
     def software(self) -> dict[str, Any]:
         cuda = {"cuda": torch.version.cuda, "driver": nvidia_driver_version()} if torch.cuda.is_available() else {}
-        return software_versions(codegen=source_digest(*CODEGEN_SOURCES), triton=_dist_version("triton"), **cuda)
+        return software_versions(codegen_version=source_digest(*CODEGEN_SOURCES), triton=_dist_version("triton"), **cuda)
 
     def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         return search_space(kernel, hardware)
