@@ -18,11 +18,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from .dtypes import DType, compute_dtype
+from .dtypes import DType, compute_dtype, to_dtype
 from .expr import AccRef, Apply, Const, Expr, IndexValue, Load
 from .index import FloorDiv, Index, Indirect, Mod, Sym, Var, evaluate
 from .nodes import Buffer, BufferRef, Extern, Graph, KReduction, KStore, Pointwise, Reduction
-from .ops import Op, ReduceOp
+from .ops import Op
+from .reductions import Combine, Component, Lift, ReduceOp, Rule
 
 BLOCK_ELEMENTS = 1 << 22  # grid points evaluated at once (rows are split into blocks)
 
@@ -175,29 +176,41 @@ class _Scope:
         self.buffers[buffer][offsets.reshape(-1)] = data.reshape(-1)
 
 
+# Elementwise combines as reductions of the last axis (OR/AND act on 0/1 flags).
+_FOLD = {Combine.ADD: torch.sum, Combine.MUL: torch.prod, Combine.MAX: torch.amax, Combine.MIN: torch.amin,
+         Combine.OR: torch.amax, Combine.AND: torch.amin}
+
+
+def _lift(c: Component, v: torch.Tensor) -> torch.Tensor:
+    if c.lift is Lift.ISNAN:
+        return torch.isnan(v)
+    if c.rule is Rule.FLAG:
+        return v != 0
+    if c.rule is Rule.WIDE:
+        return v.to(torch.float64 if v.dtype.is_floating_point else torch.int64)
+    return v
+
+
 def reduce_values(op: ReduceOp, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Reduce the last axis of ``v``; results keep float64/int64 precision (bool for any/all)."""
-    if op in (ReduceOp.ANY, ReduceOp.ALL):
-        b = v != 0
-        return (b.any(-1) if op is ReduceOp.ANY else b.all(-1),)
-    wide = torch.float64 if v.dtype.is_floating_point else torch.int64
-    if op is ReduceOp.SUM:
-        return (v.to(wide).sum(-1),)
-    if op is ReduceOp.PROD:
-        return (v.to(wide).prod(-1),)
-    if op in (ReduceOp.MAX, ReduceOp.MIN):
-        return (v.amax(-1) if op is ReduceOp.MAX else v.amin(-1),)
-    if op.is_arg:
-        best = v.argmax(-1) if op is ReduceOp.ARGMAX else v.argmin(-1)
+    """Reduce the last axis of ``v`` as ``ir.reductions`` describes ``op``; sums and Welford keep
+    float64/int64 precision, flags finish as bools."""
+    spec = op.spec
+    if spec.joint is Combine.WELFORD:
+        x = v.to(torch.float64)
+        mean = x.mean(-1, keepdim=True)
+        return mean.squeeze(-1), ((x - mean) ** 2).sum(-1)
+    if spec.joint is not None:  # argmax/argmin: the first extreme, or the first NaN
+        v = v.to(torch.uint8) if v.dtype == torch.bool else v  # torch has no bool argmax
+        best = v.argmax(-1) if spec.joint is Combine.ARGMAX else v.argmin(-1)
         if v.dtype.is_floating_point:
             nan = torch.isnan(v)
             best = torch.where(nan.any(-1), nan.to(torch.uint8).argmax(-1), best)
         return (best,)
-    if op is ReduceOp.WELFORD:
-        x = v.to(torch.float64)
-        mean = x.mean(-1, keepdim=True)
-        return mean.squeeze(-1), ((x - mean) ** 2).sum(-1)
-    raise NotImplementedError(op)
+    comps = spec.state(to_dtype(v.dtype))
+    state = {c.suffix: _FOLD[c.combine](_lift(c, v), -1) for c in comps}
+    outs = tuple(state[s] for s in spec.outputs)
+    flag = next((state[c.suffix] for c in comps if c.lift is Lift.ISNAN), None)
+    return outs if flag is None else tuple(torch.where(flag, float("nan"), x) for x in outs)
 
 
 @dataclass

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from .reductions import ReduceOp  # noqa: F401 - declared with its semantics in ir/reductions.py
+
 
 class Op(Enum):
     """Scalar ops. The value is (arity, doc)."""
@@ -105,25 +107,3 @@ FLOAT_ONLY = frozenset({
     Op.ASINH, Op.ACOSH, Op.ATANH, Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV, Op.RECIPROCAL,
 })
 INT_ONLY = BITWISE
-
-
-class ReduceOp(Enum):
-    """Reductions. ``WELFORD`` yields (mean, m2) in one pass; var = m2 / (n - correction)."""
-
-    SUM = "sum"
-    PROD = "prod"
-    MAX = "max"
-    MIN = "min"
-    ARGMAX = "argmax"
-    ARGMIN = "argmin"
-    ANY = "any"
-    ALL = "all"
-    WELFORD = "welford"
-
-    @property
-    def num_outputs(self) -> int:
-        return 2 if self is ReduceOp.WELFORD else 1
-
-    @property
-    def is_arg(self) -> bool:
-        return self in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
