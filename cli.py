@@ -205,11 +205,16 @@ def _sweep_parser(sub) -> None:
                                    "module:function names a function returning (fn, example_inputs).")
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
     p.add_argument("--backend", choices=registry.names(), help="default: triton with CUDA, else cpp")
-    p.add_argument("--trials", type=int, default=24, help="configs measured per kernel (default 24)")
-    p.add_argument("--time-budget", type=float, default=120.0, help="seconds per kernel (default 120)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per trial (default 60)")
+    defaults = TuneSettings()
+    p.add_argument("--trials", type=int, default=defaults.trials,
+                   help=f"configs measured per kernel (default {defaults.trials})")
+    p.add_argument("--time-budget", type=float, default=defaults.time_budget_s,
+                   help=f"seconds per kernel (default {defaults.time_budget_s:g})")
+    p.add_argument("--timeout", type=float, default=defaults.timeout_s,
+                   help=f"seconds per trial (default {defaults.timeout_s:g})")
     p.add_argument("--sampler", choices=SAMPLERS, default="auto", help="auto: grid for small spaces, else tpe")
-    p.add_argument("--study", default="ln", metavar="PREFIX", help="study name prefix (default ln)")
+    p.add_argument("--study", default=defaults.study_prefix, metavar="PREFIX",
+                   help=f"study name prefix (default {defaults.study_prefix})")
     p.add_argument("--size", choices=SIZE_CLASSES, help="input sizes (default: gpu on CUDA, else cpu)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--workers", type=int, help="parallel compiles (default: CPU count)")

@@ -11,6 +11,7 @@ for a kernel served from the DB.
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -37,13 +38,21 @@ from .tuner import GraphTuner
 log = logging.getLogger("loopnest.autotune")
 
 
+class Source(enum.StrEnum):
+    """Where a kernel's config came from."""
+
+    DB = "db"            # an exact winner of the tuning DB, validated
+    SWEEP = "sweep"      # tuned by this compile
+    DEFAULT = "default"  # the backend's heuristics
+
+
 @dataclass(frozen=True)
 class Decision:
-    """Where a kernel's config came from: ``source`` is "db", "sweep" or "default"; ``lookup``
-    what the DB had (exact, stale, nearest, miss, invalid, unkeyed, no-db)."""
+    """Where a kernel's config came from (``source``), and ``lookup``: what the DB had (exact,
+    stale, nearest, miss, invalid, unkeyed, no-db)."""
 
     kernel: str
-    source: str
+    source: Source
     lookup: str
     config: dict[str, Any]
     note: str = ""
@@ -83,7 +92,7 @@ def lookup_configs(schedule: Schedule, backend: Backend, settings: TuneSettings,
         key = tuning_key(kernel, backend.name, hardware, env)
         default = backend.default_config(kernel).to_json()
         if key is None or db is None:
-            plan.decisions[kernel.name] = Decision(kernel.name, "default", "unkeyed" if key is None else "no-db",
+            plan.decisions[kernel.name] = Decision(kernel.name, Source.DEFAULT, "unkeyed" if key is None else "no-db",
                                                    default, "sizes unknown" if key is None else f"no DB at {url}")
             plan.misses.append(kernel.name)
             continue
@@ -99,19 +108,19 @@ def lookup_configs(schedule: Schedule, backend: Backend, settings: TuneSettings,
 
 def _decide(kernel, found, key: TuningKey, space, default: dict) -> tuple[Decision, Any]:
     if found.kind is LookupKind.MISS:
-        return Decision(kernel.name, "default", "miss", default), None
+        return Decision(kernel.name, Source.DEFAULT, "miss", default), None
     if found.kind is not LookupKind.EXACT:
         what = ("measured with other software" if found.kind is LookupKind.STALE
                 else f"at the nearest shape {found.winner.sizes}")
         note = f"warm start only: a winner {what}, {found.winner.time_us:.1f} us there"
-        return Decision(kernel.name, "default", found.kind.value, default, note), None
+        return Decision(kernel.name, Source.DEFAULT, found.kind.value, default, note), None
     try:
         config = space.validate(found.config)
     except ValueError as exc:
         log.warning("tuning DB: skipping the stored config of %s (%s %s): %s", kernel.name,
                     key.kernel_hash, key.sizes_key, exc)
-        return Decision(kernel.name, "default", "invalid", default, f"stored config rejected: {exc}"), None
-    return Decision(kernel.name, "db", "exact", config.to_json(), f"{found.winner.time_us:.1f} us"), config
+        return Decision(kernel.name, Source.DEFAULT, "invalid", default, f"stored config rejected: {exc}"), None
+    return Decision(kernel.name, Source.DB, "exact", config.to_json(), f"{found.winner.time_us:.1f} us"), config
 
 
 def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: TuneSettings,
@@ -132,7 +141,7 @@ def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: Tu
     for kernel, report in zip(wanted, tuner.tune_all(wanted)):
         if report.config is not None:
             default = "-" if report.default_us is None else f"{report.default_us:.1f}"
-            plan.decisions[kernel.name] = Decision(kernel.name, "sweep", report.lookup, report.config,
+            plan.decisions[kernel.name] = Decision(kernel.name, Source.SWEEP, report.lookup, report.config,
                                                    f"{report.best_us:.1f} us, default {default} us")
             plan.configs[kernel.name] = backend.space(kernel, tuner.hardware).validate(report.config)
     return plan

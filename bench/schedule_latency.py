@@ -15,7 +15,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from loopnest.ir.verify import verify
-from loopnest.lowering.interpreter import FxLowering
+from loopnest.lowering.fx_lowering import FxLowering
 from loopnest.pipeline import gc_paused
 from loopnest.scheduler import schedule
 

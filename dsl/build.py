@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..core.trees import map_leaves
 from ..ir import dtypes as dt
 from ..ir.expr import Apply, Const, Expr, IndexValue, Load
 from ..ir.index import Index, Indirect, Sym, Var
@@ -92,8 +93,8 @@ class GraphBuilder:
         call = t.src.call
         node = self.externs.get(call.node_id)
         if node is None:
-            args = _map_tree(call.args, self._extern_arg)
-            kwargs = {k: _map_tree(v, self._extern_arg) for k, v in call.kwargs.items()}
+            args = map_leaves(self._extern_arg, call.args)
+            kwargs = map_leaves(self._extern_arg, call.kwargs)
             outs = []
             for shape, dtype, strides in call.outputs:
                 name = self._name("ext")
@@ -183,12 +184,3 @@ def strided_layout(shape, variables, flat: Index) -> Layout | None:
             offset = offset + term
     offset = offset + flat.const
     return Layout(tuple(shape), tuple(strides[v] for v in variables), offset)
-
-
-def _map_tree(tree, fn):
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_tree(x, fn) for x in tree)
-    if isinstance(tree, dict):
-        return {k: _map_tree(v, fn) for k, v in tree.items()}
-    return fn(tree)
-

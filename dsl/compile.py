@@ -10,7 +10,7 @@ from ..backends.base import Backend
 from ..ir.index import Index, contiguous_strides
 from ..ir.nodes import Layout
 from ..pipeline import compile_graph
-from ..runtime.compiled import CompiledGraph, InputError
+from ..runtime.compiled import CompiledGraph, InputError, check_count, check_tensor
 from .build import GraphBuilder
 from .tensor import PlaceholderSrc, Tensor, placeholders_in_creation_order
 
@@ -28,9 +28,7 @@ class CompiledFunction:
         self.specializations: dict[tuple, CompiledGraph] = {}
 
     def __call__(self, *args):
-        if len(args) != len(self.inputs):
-            names = ", ".join(t.src.name for t in self.inputs)
-            raise InputError(f"{self.name} takes {len(self.inputs)} tensors ({names}), got {len(args)}")
+        check_count(self.name, [t.src.name for t in self.inputs], args, "tensors")
         key = tuple(_stride_key(t, a) for t, a in zip(self.inputs, args))
         compiled = self.specializations.get(key)
         if compiled is None:
@@ -51,18 +49,8 @@ class CompiledFunction:
         return GraphBuilder(layouts).build(self.inputs, self.outputs)
 
 
-def _check_arg(t: Tensor, a) -> None:
-    name = t.src.name
-    if not isinstance(a, torch.Tensor):
-        raise InputError(f"argument {name!r} must be a torch.Tensor, got {type(a).__name__}")
-    if a.dim() != t.ndim:
-        raise InputError(f"argument {name!r} must have rank {t.ndim}, got shape {tuple(a.shape)}")
-    if a.dtype != t.dtype.torch:
-        raise InputError(f"argument {name!r} must have dtype {t.dtype.torch}, got {a.dtype}")
-
-
 def _stride_key(t: Tensor, a) -> tuple:
-    _check_arg(t, a)
+    check_tensor(t.src.name, a, t.dtype.torch, t.ndim)
     if a.is_contiguous():
         return ("contiguous",)
     return tuple(a.stride()) + tuple(a.shape)

@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..core.trees import leaves
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index, Sym
@@ -186,17 +187,8 @@ def dependencies(t: Tensor) -> list[Tensor]:
     if isinstance(s, GatherSrc):
         return [s.base, s.index]
     if isinstance(s, ExternSrc):
-        return [a for a in flatten_args((s.call.args, s.call.kwargs)) if isinstance(a, Tensor)]
+        return [a for a in leaves((s.call.args, s.call.kwargs)) if isinstance(a, Tensor)]
     return []
-
-
-def flatten_args(tree) -> list:
-    """The leaves of nested lists/tuples/dicts."""
-    if isinstance(tree, dict):
-        return [x for v in tree.values() for x in flatten_args(v)]
-    if isinstance(tree, (list, tuple)):
-        return [x for v in tree for x in flatten_args(v)]
-    return [tree]
 
 
 def extern(target: str, fn: Callable, args: tuple, kwargs: dict, outputs: Sequence[tuple],

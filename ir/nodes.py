@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.trees import map_leaves
 from .dtypes import DType
 from .expr import Expr
 from .index import Index, IntLike, Sym, Var, contiguous_strides, evaluate, product, recombine_divmod
@@ -219,13 +220,9 @@ class Extern:
         def resolve(a):
             if isinstance(a, BufferRef):
                 return tensor_of(a)
-            if isinstance(a, Index):
-                return evaluate(a, env)
-            if isinstance(a, (list, tuple)):
-                return type(a)(resolve(x) for x in a)
-            return a
+            return evaluate(a, env) if isinstance(a, Index) else a
 
-        result = self.fn(*resolve(list(self.args)), **{k: resolve(v) for k, v in self.kwargs.items()})
+        result = self.fn(*map_leaves(resolve, self.args), **map_leaves(resolve, self.kwargs))
         return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 

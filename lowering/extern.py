@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.trees import leaves, map_leaves
 from ..dsl.tensor import extern
 from ..ir import dtypes as dt
 from .registry import LoweringContext, LoweringError
@@ -48,41 +49,35 @@ def default_reason(op) -> str:
 
 @dataclass
 class ExternFn:
-    """Calls ``op`` with each tensor argument on the device it was traced on (a graph runs on one device; e.g. CPU philox seeds of CUDA attention are moved to the
-    GPU with the other inputs and back here); returns only the tensor results, in order."""
+    """Calls ``op`` with each tensor argument on the device it was traced on (a graph runs on one
+    device; e.g. CPU philox seeds of CUDA attention are moved to the GPU with the other inputs and
+    back here); returns only the tensor results, in order."""
 
     op: object
     tensor_outputs: tuple[int, ...] | None  # positions of tensors in a tuple result; None: one tensor
-    devices: tuple = ()                     # traced device of each positional/keyword tensor argument
-    kw_devices: dict | None = None
+    devices: tuple = ()  # traced device of each leaf of (args, kwargs), in ``trees.leaves`` order
 
     def __call__(self, *args, **kwargs):
-        args = _on_devices(args, self.devices)
-        kwargs = {k: _on_devices(v, (self.kw_devices or {}).get(k)) for k, v in kwargs.items()}
+        if any(d is not None for d in self.devices):
+            devices = iter(self.devices)
+            args, kwargs = map_leaves(lambda a: _on_device(a, next(devices)), (args, kwargs))
         result = self.op(*args, **kwargs)
         if self.tensor_outputs is None:
             return result
         return tuple(result[k] for k in self.tensor_outputs)
 
 
-def _on_devices(tree, devices):
-    """Tensors moved to their traced device (``devices`` mirrors ``tree``)."""
-    if isinstance(tree, torch.Tensor):
-        return tree if devices is None or tree.device == devices else tree.to(devices)
-    if isinstance(tree, (list, tuple)):
-        devs = devices if isinstance(devices, (list, tuple)) else [None] * len(tree)
-        return type(tree)(_on_devices(x, d) for x, d in zip(tree, devs))
-    return tree
+def _on_device(a, device):
+    """Tensor ``a`` on ``device`` (None: where it is); other values as they are."""
+    if isinstance(a, torch.Tensor) and device is not None and a.device != device:
+        return a.to(device)
+    return a
 
 
-def _traced_devices(tree):
-    """The traced device of every tensor-valued FX node in an argument tree (None elsewhere)."""
-    if isinstance(tree, torch.fx.Node):
-        val = tree.meta.get("val")
-        return val.device if isinstance(val, torch.Tensor) else None
-    if isinstance(tree, (list, tuple)):
-        return tuple(_traced_devices(x) for x in tree)
-    return None
+def _traced_device(a):
+    """The traced device of a tensor-valued FX node (None for anything else)."""
+    val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+    return val.device if isinstance(val, torch.Tensor) else None
 
 
 def _spec(value: torch.Tensor, node) -> tuple:
@@ -97,17 +92,16 @@ def _spec(value: torch.Tensor, node) -> tuple:
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
-    devices = _traced_devices(node.args)
-    kw_devices = {k: _traced_devices(v) for k, v in node.kwargs.items()}
+    devices = tuple(_traced_device(a) for a in leaves((node.args, node.kwargs)))
     if isinstance(val, torch.Tensor):
-        fn = ExternFn(node.target, None, devices, kw_devices)
+        fn = ExternFn(node.target, None, devices)
         (out,) = extern(str(node.target), fn, args, kwargs, [_spec(val, node)], reason)
         return out
     if isinstance(val, (tuple, list)):
         positions = tuple(k for k, v in enumerate(val) if isinstance(v, torch.Tensor))
         if any(v is not None and not isinstance(v, torch.Tensor) for v in val):
             raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
-        outs = extern(str(node.target), ExternFn(node.target, positions, devices, kw_devices), args, kwargs,
+        outs = extern(str(node.target), ExternFn(node.target, positions, devices), args, kwargs,
                       [_spec(val[k], node) for k in positions], reason) if positions else ()
         result = [None] * len(val)
         for k, t in zip(positions, outs):

@@ -17,8 +17,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from ..backends.base import Backend
 from ..ir.index import evaluate
 from ..pipeline import Tuner, compile_graph
-from ..runtime.compiled import CompiledGraph, InputError, restrided
-from .interpreter import FxLowering, LoweredProgram, OutputLeaf, TensorInput, _tree_map
+from ..runtime.compiled import CompiledGraph, InputError, check_tensor, restrided
+from ..core.trees import map_leaves
+from .fx_lowering import FxLowering, LeafKind, LoweredProgram, OutputLeaf, TensorInput
 
 
 @dataclass
@@ -60,7 +61,7 @@ class LoweredGraph:
         views = {ti.position: t for ti, t in zip(p.tensor_inputs, fitted)}
         for position, leaf in p.mutations:
             args[position].copy_(_value(leaf, outs, args, views, env))
-        return _tree_map(lambda leaf: _value(leaf, outs, args, views, env), p.outputs)
+        return map_leaves(lambda leaf: _value(leaf, outs, args, views, env), p.outputs)
 
 
     def _check(self, args: list) -> None:
@@ -68,9 +69,7 @@ class LoweredGraph:
         if len(args) != p.num_args:
             raise InputError(f"{self.stats.name}: the graph takes {p.num_args} arguments, got {len(args)}")
         for ti in p.tensor_inputs:
-            if not isinstance(args[ti.position], torch.Tensor):
-                raise InputError(f"{self.stats.name}: argument {ti.position} ({ti.tensor.src.name[3:]}) must be "
-                                 f"a tensor, got {type(args[ti.position]).__name__}")
+            check_tensor(f"{ti.position} ({ti.tensor.src.name[3:]}) of {self.stats.name}", args[ti.position])
 
 
 class BoxedGraph:
@@ -95,17 +94,17 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tens
 
 
 def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
-    if leaf.kind == "graph":
+    if leaf.kind is LeafKind.GRAPH:
         return outs[leaf.value]
-    if leaf.kind == "arg":
+    if leaf.kind is LeafKind.ARG:
         return args[leaf.value]
-    if leaf.kind == "arg_view":
+    if leaf.kind is LeafKind.ARG_VIEW:
         position, layout = leaf.value
         base = fitted[position]
         sizes = [evaluate(s, env) for s in layout.sizes]
         strides = [evaluate(s, env) for s in layout.strides]
         return base.as_strided(sizes, strides, base.storage_offset() + evaluate(layout.offset, env))
-    if leaf.kind == "size":
+    if leaf.kind is LeafKind.SIZE:
         return evaluate(leaf.value, env)
     return leaf.value
 

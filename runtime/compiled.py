@@ -20,6 +20,25 @@ class InputError(TypeError):
     """A compiled graph was called with arguments that do not fit its inputs."""
 
 
+def check_count(what: str, names: Sequence[str], args: Sequence, noun: str = "arguments") -> None:
+    """InputError unless there is one argument per name."""
+    if len(args) != len(names):
+        raise InputError(f"{what} takes {len(names)} {noun} ({', '.join(names)}), got {len(args)}")
+
+
+def check_tensor(name: str, value, dtype: torch.dtype | None = None, rank: int | None = None,
+                 shape: str = "") -> torch.Tensor:
+    """``value`` if it is a tensor of ``dtype`` and ``rank`` (when given), else InputError."""
+    if not isinstance(value, torch.Tensor):
+        raise InputError(f"argument {name!r} must be a torch.Tensor, got {type(value).__name__}")
+    if dtype is not None and value.dtype != dtype:
+        raise InputError(f"argument {name!r} must have dtype {dtype}, got {value.dtype}")
+    if rank is not None and value.dim() != rank:
+        raise InputError(f"argument {name!r} must have rank {rank}{f' (shape {shape})' if shape else ''}, "
+                         f"got shape {tuple(value.shape)}")
+    return value
+
+
 @dataclass(frozen=True)
 class _Binding:
     """Symbol ``name`` is dimension ``dim`` of input ``arg``."""
@@ -109,18 +128,10 @@ class CompiledGraph:
 
     def check_inputs(self, args: Sequence) -> dict[str, int]:
         """Validate argument count, types, dtypes and shapes; return symbol values."""
-        if len(args) != len(self.inputs):
-            names = ", ".join(b.name for b in self.inputs)
-            raise InputError(f"{self.name} takes {len(self.inputs)} tensors ({names}), got {len(args)}")
+        check_count(self.name, [b.name for b in self.inputs], args, "tensors")
         env: dict[str, int] = {}
         for b, t in zip(self.inputs, args):
-            if not isinstance(t, torch.Tensor):
-                raise InputError(f"argument {b.name!r} must be a torch.Tensor, got {type(t).__name__}")
-            if t.dtype != b.dtype.torch:
-                raise InputError(f"argument {b.name!r} must have dtype {b.dtype.torch}, got {t.dtype}")
-            if t.dim() != len(b.sizes):
-                raise InputError(f"argument {b.name!r} must have rank {len(b.sizes)} "
-                                 f"(shape {_shape(b.sizes)}), got shape {tuple(t.shape)}")
+            check_tensor(b.name, t, b.dtype.torch, len(b.sizes), _shape(b.sizes))
             if t.device.type != self.device:
                 raise InputError(f"argument {b.name!r} is on {t.device}, the graph was compiled for "
                                  f"{self.device}")

@@ -17,29 +17,23 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
+from ..core.trees import leaves
 from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
                        substitute_vars, walk)
 from ..ir.index import Index, as_var
 from ..ir.ops import Op
-from ..ir.nodes import BufferRef, Extern, Graph, Node, Pointwise, Reduction, domain_vars, interleave
-from .kernel import Kernel, KReduction, KStore
+from ..ir.nodes import (BufferRef, Extern, Graph, KReduction, KStore, Node, Pointwise, Reduction, domain_vars,
+                        interleave)
+from .kernel import Kernel
 
 
 # -- 1. inlining --------------------------------------------------------------------------------
 def extern_buffers(graph: Graph) -> set[str]:
     """Buffers passed to extern calls (they must exist in memory)."""
     names: set[str] = set()
-
-    def collect(a):
-        if isinstance(a, BufferRef):
-            names.add(a.name)
-        elif isinstance(a, (list, tuple)):
-            for x in a:
-                collect(x)
-
     for n in graph.nodes:
         if isinstance(n, Extern):
-            collect(list(n.args) + list(n.kwargs.values()))
+            names |= {a.name for a in leaves((n.args, n.kwargs)) if isinstance(a, BufferRef)}
     return names
 
 

@@ -10,13 +10,21 @@ element stores.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 from ..ir.expr import Apply, Expr, Load, walk
 from ..ir.hashing import structural_digest
 from ..ir.index import Index, Sym, product
-from ..ir.nodes import Buffer, KReduction, KStore, domain_vars  # noqa: F401 - loop statements
+from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
 from ..ir.printer import Printer
+
+
+class KernelKind(StrEnum):
+    """The shape of a kernel's loop nest."""
+
+    POINTWISE = "pointwise"            # one loop over elements
+    REDUCTION = "reduction"            # rows, each reduced over the rdomain
+    FULL_REDUCTION = "full_reduction"  # everything reduced to one row
 
 
 class Strategy(Enum):
@@ -50,10 +58,10 @@ class Kernel:
         return max(levels, default=1)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> KernelKind:
         if not self.reductions:
-            return "pointwise"
-        return "full_reduction" if not self.pdomain else "reduction"
+            return KernelKind.POINTWISE
+        return KernelKind.FULL_REDUCTION if not self.pdomain else KernelKind.REDUCTION
 
     def pvars(self) -> tuple[Index, ...]:
         return domain_vars(self.pdomain, "p")

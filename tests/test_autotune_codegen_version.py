@@ -25,7 +25,7 @@ def test_digest_follows_every_source_file(tmp_path):
 
 def test_each_backend_versions_its_own_code_and_the_shared_emitter():
     for module in (cpp_backend, triton_backend):
-        folder, emitter = module.CODEGEN_SOURCES
+        folder, emitter, *ir_semantics = module.CODEGEN_SOURCES
         assert folder == Path(module.__file__).parent and emitter.name == "emitter.py"
     cpp, triton = registry.get("cpp").software(), registry.get("triton").software()
     assert cpp["codegen_version"] != triton["codegen_version"]  # a C++ change keeps Triton winners fresh

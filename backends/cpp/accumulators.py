@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.reductions import Combine, Component, Init, Lift, Reduction, Rule
-from ...scheduler.kernel import KReduction
+from ...ir.nodes import KReduction
 from .ops import ctype
 
 # Elementwise combines: (fold one element x into a, merge a partial x into a, omp simd clause).

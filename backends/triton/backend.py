@@ -24,7 +24,10 @@ from .heuristics import default_config
 from .params import TritonConfig
 from .space import search_space
 
-CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parent.parent / "emitter.py")
+# What decides the generated code besides the kernel's IR: the backend, the shared emitter, and the
+# semantics of the IR's ops and reductions it renders.
+CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parents[1] / "emitter.py",
+                   Path(__file__).parents[2] / "ir" / "ops.py", Path(__file__).parents[2] / "ir" / "reductions.py")
 
 
 class TritonBackend:

@@ -24,7 +24,7 @@ import torch
 
 from ...ir import dtypes as dt
 from ...ir.reductions import Combine, Component as ReductionComponent, Init, Lift, Reduction, identity
-from ...scheduler.kernel import KReduction
+from ...ir.nodes import KReduction
 from .ops import tl_type
 
 IDX_NONE = "9223372036854775807"  # index of masked lanes: larger than any real index

@@ -9,6 +9,7 @@ mutated (``copy_`` into an input).
 """
 from __future__ import annotations
 
+import enum
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch._ops import HigherOrderOperator, OpOverload
 
+from ..core.trees import map_leaves
 from ..dsl import functions as dslf
 from ..dsl.build import GraphBuilder, strided_layout
 from ..dsl.tensor import PlaceholderSrc, Tensor, ViewSrc, placeholder
@@ -180,16 +182,13 @@ class FxLowering:
         self.mutations.append((position, value))
         return value
 
-    def _arg(self, a):
-        if isinstance(a, torch.fx.Node):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self._arg(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self._arg(v) for k, v in a.items()}
-        if isinstance(a, torch.SymInt):
-            return to_index(a)
-        return a
+    def _arg(self, tree):
+        """An FX argument tree with nodes replaced by their lowered values, SymInts by Index."""
+        def leaf(a):
+            if isinstance(a, torch.fx.Node):
+                return self.env[a]
+            return to_index(a) if isinstance(a, torch.SymInt) else a
+        return map_leaves(leaf, tree)
 
     # -- building -----------------------------------------------------------------------------------
     def _build(self, output) -> LoweredProgram:
@@ -200,20 +199,20 @@ class FxLowering:
         def leaf(v):
             if isinstance(v, Tensor):
                 if v.id in inputs:
-                    return OutputLeaf("arg", inputs[v.id])
+                    return OutputLeaf(LeafKind.ARG, inputs[v.id])
                 view = self._input_view(v)
                 if view is not None:
-                    return OutputLeaf("arg_view", view)
+                    return OutputLeaf(LeafKind.ARG_VIEW, view)
                 if v.id not in slot:
                     slot[v.id] = len(graph_outputs)
                     graph_outputs.append(v)
-                return OutputLeaf("graph", slot[v.id])
+                return OutputLeaf(LeafKind.GRAPH, slot[v.id])
             if isinstance(v, Index):
                 c = v.as_int()
-                return OutputLeaf("value", c) if c is not None else OutputLeaf("size", v)
-            return OutputLeaf("value", v)
+                return OutputLeaf(LeafKind.VALUE, c) if c is not None else OutputLeaf(LeafKind.SIZE, v)
+            return OutputLeaf(LeafKind.VALUE, v)
 
-        plan = _tree_map(leaf, self._arg(output))
+        plan = map_leaves(leaf, self._arg(output))
         mutations = [(pos, leaf(v)) for pos, v in self.mutations]
         sources, carriers = self._symbol_sources()
         carrier_tensors = [placeholder(f"sym_{name}", (name,), dt.float32) for name in carriers]
@@ -257,20 +256,22 @@ class FxLowering:
         return {**scalars, **in_dims}, sorted(scalars)
 
 
+class LeafKind(enum.StrEnum):
+    """What an output of the FX graph is at run time."""
+
+    GRAPH = "graph"        # compiled output k
+    ARG = "arg"            # an input passed through
+    ARG_VIEW = "arg_view"  # a strided view of an input: (argument, Layout)
+    SIZE = "size"          # an Index evaluated at run time
+    VALUE = "value"        # a constant
+
+
 @dataclass(frozen=True)
 class OutputLeaf:
-    """One output value: ``graph`` (compiled output k), ``arg`` (an input passed through),
-    ``arg_view`` (a strided view of an input: (argument, Layout)), ``size`` (an Index evaluated at
-    run time) or ``value`` (a constant)."""
+    """One output value of the FX graph (see ``LeafKind``)."""
 
-    kind: str
+    kind: LeafKind
     value: Any
-
-
-def _tree_map(fn, tree):
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_tree_map(fn, x) for x in tree)
-    return fn(tree)
 
 
 def _is_scalar(val) -> bool:
