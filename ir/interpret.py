@@ -55,10 +55,6 @@ def _pow(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(neg, special, torch.pow(a, torch.where(neg, torch.zeros_like(b), b)))
 
 
-def _same(a: torch.Tensor) -> torch.Tensor:
-    return a
-
-
 # Every scalar op of ir.ops.Op except CAST (handled with the node's dtype); tests check coverage.
 OPS: dict[Op, Callable[..., torch.Tensor]] = {
     Op.ADD: torch.add, Op.SUB: torch.sub, Op.MUL: torch.mul, Op.TRUEDIV: torch.div,
