@@ -1,0 +1,94 @@
+"""Two checkouts of loopnest side by side: the loopnest column of the suite, this one and another.
+
+Each round runs every workload once per checkout, each checkout in a fresh process, alternating
+(other, this, other, this, ...), so both see the same machine state; the table gives each
+workload's median time over the rounds for both and their ratio, then the geometric mean. It
+shows that a refactor kept the speed.
+
+    git worktree add /tmp/old/loopnest REV        # a folder holding a `loopnest` package folder
+    python bench/compare_revisions.py --other /tmp/old --device cpu   # C++ backend
+    python bench/compare_revisions.py --other /tmp/old --device cuda  # Triton backend, on a GPU
+
+CPU runs keep glibc from unmapping freed blocks (``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` = 16 GiB), as the CPU suite does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+
+CHILD = r"""
+import json, statistics, sys, time, torch
+try:
+    from loopnest.api import loopnest_backend
+except ImportError:  # revisions before loopnest.api
+    from loopnest.lowering.dynamo import loopnest_backend
+from loopnest.autotune.workloads import WORKLOADS
+device, names, runs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+options = {"backend": "triton" if device == "cuda" else "cpp", "tune": "off"}
+out = {}
+for name in names:
+    w = WORKLOADS[name]
+    args = w.inputs("gpu" if device == "cuda" else "cpu", device=device)
+    fn = torch.compile(w.fn, backend=loopnest_backend, options=options)
+    fn(*args)
+    if device == "cuda":
+        import triton.testing
+        out[name] = triton.testing.do_bench(lambda: fn(*args), warmup=50, rep=300, return_mode="median")
+    else:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter(); fn(*args); times.append(time.perf_counter() - t0)
+        out[name] = statistics.median(times) * 1e3
+    torch._dynamo.reset()
+print(json.dumps(out))
+"""
+
+
+def run_checkout(path: Path | None, device: str, names: list[str], runs: int) -> dict[str, float]:
+    """Median ms per workload, in a new process importing loopnest from ``path`` (None: this one)."""
+    env = {**os.environ, **MALLOC, "LOOPNEST_CACHE_DIR": tempfile.mkdtemp(prefix="ln-compare-")}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", CHILD, device, ",".join(names), str(runs)], env=env,
+                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    from loopnest.autotune.workloads import TEN
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("--other", type=Path, required=True, help="folder holding the other `loopnest` package")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=15, help="timed calls per workload per round (CPU)")
+    opts = parser.parse_args()
+    times: dict[str, dict[str, list[float]]] = {"other": {}, "this": {}}
+    for _ in range(opts.rounds):
+        for label, path in (("other", opts.other), ("this", None)):
+            for name, ms in run_checkout(path, opts.device, opts.workloads, opts.runs).items():
+                times[label].setdefault(name, []).append(ms)
+    print(f"| workload | other ms | this ms | this / other |  ({opts.device}, {opts.rounds} rounds)")
+    print("|---|---|---|---|")
+    ratios = []
+    for name in opts.workloads:
+        other, this = statistics.median(times["other"][name]), statistics.median(times["this"][name])
+        ratios.append(this / other)
+        print(f"| {name} | {other:.3f} | {this:.3f} | {this / other:.3f} |")
+    print(f"\ngeometric mean of this/other time ratios: {statistics.geometric_mean(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
