@@ -18,7 +18,7 @@ import torch
 from .autotune import queries
 from .autotune.options import SAMPLERS, TuneSettings
 from .autotune.report import write_report
-from .autotune.storage import open_db, resolve_url
+from .db.api import open_db, resolve_url
 from .autotune.sweep import sweep, target
 from .autotune.workloads import SIZE_CLASSES, WORKLOADS, resolve
 from .backends import registry

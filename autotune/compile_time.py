@@ -20,7 +20,7 @@ import torch
 
 from ..backends.base import Backend
 from ..core.timing import BenchOptions
-from ..db.api import LookupKind, TuningKey
+from ..db.api import LookupKind, TuningKey, db_exists, open_db, resolve_url
 from ..ir.dtypes import Kind
 from ..ir.expr import Load, loads, walk
 from ..ir.index import Indirect, evaluate
@@ -32,7 +32,6 @@ from ..scheduler import Schedule
 from .harness import GraphHarness
 from .keys import tuning_key
 from .options import TuneSettings, check_mode
-from .storage import db_exists, open_db, resolve_url
 from .tuner import GraphTuner
 
 log = logging.getLogger("loopnest.autotune")

@@ -29,7 +29,7 @@ def validate_stored_config(backend: str, config: dict, hardware: HardwareInfo) -
     ``backend`` on the ``hardware`` it was tuned on (checks that need the kernel's IR run when a
     machine that holds it serves the row)."""
     try:
-        registry.get(backend).config_from_json(dict(config), hardware)
+        registry.config_from_json(backend, config, hardware)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"invalid {backend} config {config}: {exc}") from None
 

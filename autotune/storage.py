@@ -1,4 +1,4 @@
-"""Handles on the tuning DB and on Optuna's storage in the same database, one per URL.
+"""Optuna's storage in the tuning DB's database, one per URL.
 
 On SQLite, Optuna's engine gets the same discipline as the tuning DB's: a busy timeout, and
 ``BEGIN IMMEDIATE`` for every transaction, so the heartbeat thread and the main thread queue for
@@ -7,34 +7,11 @@ the write lock instead of failing a lock upgrade.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import optuna
 from sqlalchemy import event, make_url
 
-from ..db.api import TuningDB, default_db_url
-
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def resolve_url(url: str | None) -> str:
-    """``url``, or ``$LOOPNEST_DB``, or the SQLite file in the user cache dir."""
-    return url or default_db_url()
-
-
-def db_exists(url: str) -> bool:
-    """False only for a SQLite file that does not exist yet (a lookup need not create it)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return True
-    database = parsed.database or ""
-    return database in ("", ":memory:") or database.startswith("file:") or Path(database).expanduser().exists()
-
-
-@lru_cache(maxsize=None)
-def open_db(url: str) -> TuningDB:
-    """The tuning DB at ``url`` (opened and migrated once per process)."""
-    return TuningDB(url)
 
 
 def _sqlite_connect(dbapi_connection, _record) -> None:

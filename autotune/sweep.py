@@ -15,12 +15,12 @@ import torch.utils._pytree as pytree
 from ..backends import registry
 from ..backends.base import Backend
 from ..core.timing import BenchOptions
+from ..db.api import open_db, resolve_url
 from ..lowering.api import compile_fx
 from ..lowering.options import CompileOptions
 from .compile_time import tuner_for
 from .harness import GraphHarness
 from .options import TuneSettings
-from .storage import open_db, resolve_url
 from .tuner import GraphTuner, KernelReport
 from .workloads import Workload, resolve
 

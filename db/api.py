@@ -13,12 +13,13 @@ import socket
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from functools import lru_cache
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import platformdirs
-from sqlalchemy import ColumnElement, Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, make_url, select, update
 from sqlalchemy.orm import Session
 
 from loopnest.core import settings
@@ -406,3 +407,23 @@ def _trial_record(t: Trial, k: Kernel, h: Hardware) -> TrialRecord:
 def _dumps(obj: Any) -> str:
     """Compact, key-sorted JSON (stable export files)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def resolve_url(url: str | None) -> str:
+    """``url``, or ``$LOOPNEST_DB``, or the SQLite file in the user cache dir."""
+    return url or default_db_url()
+
+
+def db_exists(url: str) -> bool:
+    """False only for a SQLite file that does not exist yet (a lookup need not create it)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return True
+    database = parsed.database or ""
+    return database in ("", ":memory:") or database.startswith("file:") or Path(database).expanduser().exists()
+
+
+@lru_cache(maxsize=None)
+def open_db(url: str) -> TuningDB:
+    """The tuning DB at ``url`` (opened and migrated once per process)."""
+    return TuningDB(url)

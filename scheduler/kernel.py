@@ -10,7 +10,7 @@ element stores.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 from ..ir.expr import Apply, Expr, Load, walk
 from ..ir.hashing import structural_digest
@@ -25,14 +25,6 @@ class KernelKind(StrEnum):
     POINTWISE = "pointwise"            # one loop over elements
     REDUCTION = "reduction"            # rows, each reduced over the rdomain
     FULL_REDUCTION = "full_reduction"  # everything reduced to one row
-
-
-class Strategy(Enum):
-    """How a reduction kernel walks its rows (a tunable parameter)."""
-
-    PERSISTENT = "persistent"  # a whole row at once (one program / one thread owns it)
-    LOOPED = "looped"          # a row in chunks, accumulators carried across chunks
-    SPLIT = "split"            # one long reduction split across programs/threads, then combined
 
 
 @dataclass(eq=False)

@@ -16,7 +16,7 @@ from loopnest.autotune.evaluate import KernelEvaluator, TrialRecorder
 from loopnest.autotune.harness import GraphHarness
 from loopnest.autotune.keys import study_name, tuning_key
 from loopnest.core.timing import BenchOptions
-from loopnest.autotune.storage import open_db
+from loopnest.db.api import open_db
 from loopnest.autotune.study import StudyLoop
 from loopnest.autotune.tuner import GraphTuner
 from loopnest.backends.cpp.backend import CppBackend

@@ -1,8 +1,11 @@
-"""Triton backend: every op, every kernel kind and strategy, compared with eager PyTorch.
+"""Triton backend specifics: every reduction strategy (forced configs) on test_backends' programs,
+configs and their heuristics, generated source, the code cache, and compiling for a real GPU.
 
-Runs in Triton's CPU interpreter on machines without a GPU (each test runs inside
-``settings.scope(triton_interpret=True)``; the backend passes the mode to ``triton.jit`` itself,
-so nothing depends on the environment or on import order). Outputs are NaN-poisoned by conftest (LOOPNEST_POISON) so unwritten elements show.
+Correctness with default configs, shared with the C++ backend, is in tests/test_backends.py; every
+IR op is in tests/test_triton_ops.py. Runs in Triton's CPU interpreter on machines without a GPU
+(each test runs inside ``settings.scope(triton_interpret=True)``; the backend passes the mode to
+``triton.jit`` itself, so nothing depends on the environment or on import order). Outputs are
+NaN-poisoned by conftest (LOOPNEST_POISON) so unwritten elements show.
 """
 import dataclasses
 import os
@@ -17,6 +20,7 @@ import loopnest as ln
 from loopnest.backends import registry
 from loopnest.backends.triton import settings as triton_settings
 from loopnest.backends.triton.compile import compile_ahead, load_module
+from loopnest.backends.triton.indexing import transposed_split
 from loopnest.backends.triton.launch import static_kernel, static_launcher_class
 from loopnest.backends.triton.params import TritonConfig, next_pow2
 from loopnest.core import settings
@@ -25,6 +29,9 @@ from loopnest.ir.index import product
 from loopnest.ir.ops import Op
 from loopnest.pipeline import compile_graph
 from loopnest.scheduler import schedule
+from loopnest.backends.triton.params import Strategy
+from test_backends import (CASES, KERNEL_SPREAD, REDUCTION_CASES, check_outputs, kernels_of, softmax,
+                           spread_kernels)
 
 INTERPRET = not torch.cuda.is_available()  # on a GPU machine the kernels compile for real
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -80,8 +87,8 @@ def split(xblock=1, rblock=4, parts=3):
     return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy="split", SPLIT=parts)
 
 
-STRATEGIES = {"default": None, "persistent": persistent(), "persistent1": persistent(1),
-              "looped": looped(), "looped1": looped(1, 16), "split": split(), "split2": split(2, 8, 4)}
+STRATEGIES = {"persistent": persistent(), "persistent1": persistent(1), "looped": looped(), "looped1": looped(1, 16),
+              "split": split(), "split2": split(2, 8, 4)}
 
 
 def test_backend_device_follows_interpreter_mode():
@@ -137,62 +144,15 @@ def test_validate_config_checks_the_kernel():
         space.validate({**backend.default_config(kernel).to_json(), "RBLOCK": 64, "strategy": "persistent"})
 
 
-# -- reductions ---------------------------------------------------------------------------------------
-def softmax(x):
-    e = ln.exp(x - ln.max(x, 1, keepdim=True))
-    return e / ln.sum(e, 1, keepdim=True)
-
-
+# -- reductions under each strategy ----------------------------------------------------------------
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_softmax(strategy):
-    x = ln.placeholder("x", (5, 37), ln.float32)
-    a = rand(5, 37)
-    out = run([softmax(x), x * 2], a, config=STRATEGIES[strategy])  # x * 2: a phase-0 store
-    check(out[0], torch.softmax(a, 1))
-    check(out[1], a * 2)
-
-
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_layernorm_welford(strategy):
-    x = ln.placeholder("x", (6, 45), ln.float32)
-    w, b = ln.placeholder("w", (45,), ln.float32), ln.placeholder("b", (45,), ln.float32)
-    var, mean = ln.var_mean(x, 1, correction=0, keepdim=True)
-    y = (x - mean) * ln.rsqrt(var + 1e-5) * w + b
-    a, wa, ba = rand(6, 45, lo=2, hi=9), rand(45), rand(45)
-    out = run([y, ln.var_mean(x, 1)[0]], a, wa, ba, config=STRATEGIES[strategy])
-    check(out[0], torch.nn.functional.layer_norm(a, (45,), wa, ba, eps=1e-5), rtol=1e-4, atol=1e-4)
-    check(out[1], torch.var(a, 1), rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("strategy", ["default", "looped", "split"])
-def test_rmsnorm_bfloat16(strategy):
-    x = ln.placeholder("x", (4, 96), ln.bfloat16)
-    w = ln.placeholder("w", (96,), ln.bfloat16)
-    xf = ln.cast(x, ln.float32)
-    y = ln.cast(xf * ln.rsqrt(ln.mean(xf * xf, 1, keepdim=True) + 1e-6) * ln.cast(w, ln.float32), ln.bfloat16)
-    a, wa = rand(4, 96, dtype=torch.bfloat16), rand(96, dtype=torch.bfloat16)
-    af = a.float()
-    ref = (af * torch.rsqrt(af.pow(2).mean(1, keepdim=True) + 1e-6) * wa.float()).bfloat16()
-    check(run(y, a, wa, config=STRATEGIES[strategy]), ref)
-
-
-@pytest.mark.parametrize("strategy", ["default", "persistent", "looped", "split2"])
-def test_sum_over_dim0_and_strided_rows(strategy):
-    x = ln.placeholder("x", (33, 7), ln.float32)
-    a = rand(33, 7)
-    out = run([ln.sum(x, 0), ln.max(x, 0)], a, config=STRATEGIES[strategy])
-    check(out[0], a.sum(0))
-    check(out[1], a.amax(0))
-
-
-@pytest.mark.parametrize("strategy", ["default", "persistent1", "looped1", "split", "split2"])
-def test_full_reductions(strategy):
-    x = ln.placeholder("x", (9, 13), ln.float32)
-    a = rand(9, 13)
-    a[3, 4] = 7.5  # a unique maximum
-    out = run([ln.sum(x), ln.max(x), ln.min(x), ln.mean(x)], a, config=STRATEGIES[strategy])
-    for got, want in zip(out, [a.sum(), a.amax(), a.amin(), a.mean()]):
-        check(got, want)
+@pytest.mark.parametrize("case", REDUCTION_CASES)
+def test_forced_strategy_matches_eager(case, strategy):
+    """test_backends' reduction programs (which run there with default configs) under each strategy."""
+    program = CASES[case].program(symbolic=False)
+    args = [t.to(DEVICE) for t in program.make(CASES[case].rows[0])]
+    out = run(program.outputs, *args, inputs=program.inputs, config=STRATEGIES[strategy], name=case)
+    check_outputs(out, program, args, f"{case} {strategy}")
 
 
 def test_full_sum_large_default_is_split():
@@ -205,99 +165,6 @@ def test_full_sum_large_default_is_split():
     assert cfg.strategy.value == "split"
     source = compiled.backend.codegen(compiled.schedule.kernels[0], cfg)
     assert "def ln_dsl_0_split0(" in source and "def ln_dsl_0_combine0(" in source
-
-
-def _ties(*shape):
-    """Small integers (many ties), a NaN in row 1, an all-equal row 2."""
-    a = rand(*shape, dtype=torch.float64, lo=-2, hi=3).floor().float()
-    a[1, 5] = float("nan")
-    a[1, 9] = float("nan")
-    a[2] = 1.0
-    return a
-
-
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_argmax_argmin_ties_and_nan(strategy):
-    x = ln.placeholder("x", (6, 23), ln.float32)
-    a = _ties(6, 23)
-    out = run([ln.argmax(x, 1), ln.argmin(x, 1), ln.max(x, 1), ln.min(x, 1)], a, config=STRATEGIES[strategy])
-    check(out[0], torch.argmax(a, 1))
-    check(out[1], torch.argmin(a, 1))
-    check(out[2], a.amax(1))
-    check(out[3], a.amin(1))
-
-
-@pytest.mark.parametrize("strategy", ["default", "looped1", "split", "split2"])
-def test_argmax_full_and_integer(strategy):
-    x = ln.placeholder("x", (7, 11), ln.float32)
-    i = ln.placeholder("i", (7, 11), ln.int32)
-    a = rand(7, 11, dtype=torch.float64, lo=-2, hi=3).floor().float()
-    ia = (a * 3).to(torch.int32)
-    outs = [ln.argmax(x), ln.argmin(x), ln.argmax(i, 1), ln.argmin(i, 0)]
-    out = run(outs, a, ia, config=STRATEGIES[strategy])
-    for got, want in zip(out, [torch.argmax(a), torch.argmin(a), torch.argmax(ia, 1), torch.argmin(ia, 0)]):
-        check(got, want)
-
-
-@pytest.mark.parametrize("strategy", ["default", "looped", "split"])
-def test_any_all_prod_and_integer_sums(strategy):
-    x = ln.placeholder("x", (5, 19), ln.float32)
-    b = ln.placeholder("b", (5, 19), ln.bool)
-    a = rand(5, 19, lo=0.5, hi=1.5)
-    ba = rand(5, 19) > -1.0
-    ba[0] = True
-    ba[1] = False
-    outs = [ln.any(b, 1), ln.all(b, 1), ln.any(x > 1.4, 1), ln.all(x > 0.6), ln.prod(x, 1), ln.sum(b, 1),
-            ln.max(b, 1), ln.sum(ln.cast(x * 10, ln.int32), 1)]
-    refs = [ba.any(1), ba.all(1), (a > 1.4).any(1), (a > 0.6).all(), a.prod(1), ba.sum(1), ba.amax(1),
-            (a * 10).int().sum(1)]
-    for got, want in zip(run(outs, a, ba, config=STRATEGIES[strategy]), refs):
-        check(got, want, rtol=1e-4)
-
-
-@pytest.mark.parametrize("strategy", ["default", "looped", "split2"])
-def test_multi_dim_reductions(strategy):
-    y = ln.placeholder("y", (3, 4, 5), ln.float32)
-    a = rand(3, 4, 5)
-    var, mean = ln.var_mean(y, (0, 2))
-    outs = run([ln.sum(y, (0, 2)), ln.mean(y, (1, 2)), var, mean, ln.argmax(y, 2)], a,
-               config=STRATEGIES[strategy])
-    refs = [a.sum((0, 2)), a.mean((1, 2)), a.var((0, 2)), a.mean((0, 2)), a.argmax(2)]
-    for got, want in zip(outs, refs):
-        check(got, want)
-
-
-# -- gather, symbolic sizes, layouts ----------------------------------------------------------------
-def test_gather_with_negative_indices():
-    x = ln.placeholder("x", (6, 10), ln.float32)
-    idx = ln.placeholder("idx", (6, 4), ln.int64)
-    a = rand(6, 10)
-    ia = rand(6, 4, dtype=torch.float64, lo=-10, hi=10).floor().long()
-    g = ln.gather(x, 1, idx)
-    out = run([g * 2, ln.sum(ln.gather(x, 1, idx), 1)], a, ia, config=looped(2, 2))
-    ref = torch.gather(a, 1, ia % 10)
-    check(out[0], ref * 2)
-    check(out[1], ref.sum(1))
-
-
-@pytest.mark.skipif(not INTERPRET, reason="a failed device assert leaves the CUDA context unusable")
-def test_embedding_lookup():
-    table = ln.placeholder("table", (11, 6), ln.float32)
-    ids = ln.placeholder("ids", (7, 1), ln.int64)
-    a = rand(11, 6)
-    ia = torch.tensor([[3], [0], [10], [-1], [5], [5], [-11]], device=DEVICE)
-    out = run(ln.gather(table, 0, ln.broadcast_to(ids, (7, 6))) * 3, a, ia)
-    check(out, a[ia[:, 0] % 11] * 3)
-
-
-def test_zero_dim_tensors():
-    x = ln.placeholder("x", (), ln.float32)
-    y = ln.placeholder("y", (4, 3), ln.float32)
-    a, b = rand(1)[0], rand(4, 3)
-    out = run([x * 2 + 1, ln.sum(y) * x, y + x], a, b)
-    check(out[0], a * 2 + 1)
-    check(out[1], b.sum() * a)
-    check(out[2], b + a)
 
 
 def test_persistent_config_rejects_longer_rows_at_run_time():
@@ -332,18 +199,6 @@ def _only_kernel(f, *args):
     return kernel, compiled.configs[kernel.name]
 
 
-def test_symbolic_sizes_run_at_several_shapes():
-    x = ln.placeholder("x", ("N", "C"), ln.float32)
-    f = ln.compile([softmax(x), ln.sum(x, 0), x * 2 + 1], backend="triton")
-    for shape in [(4, 10), (3, 37), (1, 5)]:
-        a = rand(*shape)
-        out = f(a)
-        check(out[0], torch.softmax(a, 1))
-        check(out[1], a.sum(0))
-        check(out[2], a * 2 + 1)
-    assert len(f.specializations) == 1
-
-
 def test_transposed_access_uses_2d_tiles():
     x = ln.placeholder("x", (37, 50), ln.float32)
     a = rand(37, 50)
@@ -352,8 +207,6 @@ def test_transposed_access_uses_2d_tiles():
     assert cfg.YBLOCK > 1
     source = registry.get("triton").codegen(kernel, cfg)
     assert "yindex" in source and "[YBLOCK, XBLOCK]" not in source.split("def ")[0]
-    check(run(ln.permute(x, 1, 0) + 1, a), a.t() + 1)
-    check(run(ln.permute(x, 1, 0) * 3, a.t().contiguous().t()), a.t() * 3)  # strided input
 
 
 def test_graph_names_become_identifiers():
@@ -362,13 +215,6 @@ def test_graph_names_become_identifiers():
     out = run([x * 2, ln.sum(x, 1)], a, name="my graph+1")
     check(out[0], a * 2)
     check(out[1], a.sum(1))
-
-
-def test_sliced_input_view():
-    x = ln.placeholder("x", (6, 9), ln.float32)
-    base = rand(7, 12)
-    view = base[1:, 2:11]
-    check(run(x * 2, view), view * 2)
 
 
 def test_index64_path_runs():
@@ -427,30 +273,50 @@ def test_code_cache_and_counters():
     assert any("def ln_cached_0(" in f.read_text() for f in files)
 
 
-def _kernel_for(fn, shape, example=None):
-    x = ln.placeholder("x", shape, ln.float32)
-    (kernel,) = _kernels(fn(x), torch.empty(*(example or shape)))
-    return kernel
+def _check_heuristic(kernel, cfg: TritonConfig) -> None:
+    """What a default config must satisfy, whatever the thresholds of backends/triton/heuristics.py."""
+    rows = product(kernel.pdomain).as_int() if kernel.pdomain else 1
+    row = product(kernel.rdomain).as_int() if kernel.reductions else None
+    assert (cfg.strategy is Strategy.SPLIT) == (cfg.SPLIT > 1)
+    if not kernel.reductions:
+        assert cfg.RBLOCK == 1 and cfg.SPLIT == 1
+        assert (cfg.YBLOCK > 1) == (transposed_split(kernel) is not None), "2D tiles exactly for transposes"
+        if rows is not None and cfg.YBLOCK == 1:  # no more elements per program than the kernel has,
+            assert cfg.XBLOCK <= max(next_pow2(rows), 32 * cfg.num_warps)  # unless one per thread
+        return
+    if cfg.strategy is Strategy.PERSISTENT:  # the whole reduced range in one block, not twice it
+        assert row is not None and row <= cfg.RBLOCK < 2 * row
+    elif cfg.strategy is Strategy.LOOPED:  # more than one step
+        assert row is None or cfg.RBLOCK < row
+    else:  # full reductions only; every program gets at least one full block
+        assert not kernel.pdomain and (row is None or cfg.RBLOCK * cfg.SPLIT <= row)
+    if kernel.pdomain:
+        assert rows is None or cfg.XBLOCK <= next_pow2(rows), "no program of only masked rows"
+    else:
+        assert cfg.XBLOCK == 1
+        if row is None or row >= 1 << 20:
+            assert cfg.strategy is Strategy.SPLIT, "a large full reduction spreads over many programs"
 
 
-def test_heuristics():
-    cfg = registry.get("triton").default_config
-    sm = cfg(_kernel_for(softmax, (512, 4096)))
-    assert (sm.strategy.value, sm.XBLOCK, sm.RBLOCK, sm.num_warps) == ("persistent", 1, 4096, 8)
-    assert cfg(_kernel_for(softmax, (4, 3000))).RBLOCK == 4096
-    long_rows = cfg(_kernel_for(softmax, (8, 32768)))
-    assert (long_rows.strategy.value, long_rows.RBLOCK, long_rows.num_warps) == ("persistent", 32768, 32)
-    assert cfg(_kernel_for(softmax, (8, 100000))).strategy.value == "looped"
-    assert cfg(_kernel_for(softmax, ("N", "C"), (8, 100))).strategy.value == "looped"
-    short = cfg(_kernel_for(lambda x: ln.sum(x, 1), (100000, 16)))
-    assert short.XBLOCK > 1 and short.RBLOCK == 16 and short.strategy.value == "persistent"
-    assert cfg(_kernel_for(lambda x: ln.sum(x, 0), (1000, 256))).XBLOCK > 1
-    full = cfg(_kernel_for(ln.sum, (1000, 1000)))
-    assert full.strategy.value == "split" and full.SPLIT > 1
-    assert cfg(_kernel_for(ln.sum, (10, 100))).strategy.value == "persistent"
-    pw = cfg(_kernel_for(lambda x: x + 1, (1000, 1000)))
-    assert (pw.XBLOCK, pw.YBLOCK, pw.num_warps) == (1024, 1, 4)
-    assert cfg(_kernel_for(lambda x: ln.permute(x, 1, 0) + 1, (64, 64))).YBLOCK > 1
+@pytest.mark.parametrize("name", list(KERNEL_SPREAD))
+def test_default_config_properties(name):
+    """Over test_backends' spread of kernels (where the default is also checked to be a point of
+    the search space, on this machine and on an H200)."""
+    backend = registry.get("triton")
+    for kernel in spread_kernels(name):
+        _check_heuristic(kernel, backend.default_config(kernel))
+
+
+def test_16_bit_rows_take_larger_tiles():
+    """Rows loaded from 16-bit tensors move half the bytes per element, so a program takes more
+    of them than of the same rows in float32 (when there are rows enough)."""
+    def tile(dtype):
+        x = ln.placeholder("x", (32768, 1024), dtype)
+        xf = ln.cast(x, ln.float32)
+        (kernel,) = kernels_of([xf / ln.sum(xf, 1, keepdim=True)], [x])
+        cfg = registry.get("triton").default_config(kernel)
+        return cfg.XBLOCK * cfg.RBLOCK
+    assert tile(ln.bfloat16) > tile(ln.float32)
 
 
 def _gpu_cases():

@@ -17,7 +17,7 @@ from ..base import Artifact, software_versions, source_digest
 from . import compile as cc
 from .codegen import generate
 from .ops import PRELUDE, simd_declarations
-from .params import CppConfig
+from .params import CppConfig, config_from_json
 from .space import search_space
 
 # What decides the generated code besides the kernel's IR: the backend, the shared emitter, and the
@@ -48,7 +48,7 @@ class CppBackend:
         return CppConfig()
 
     def config_from_json(self, data: Mapping[str, Any], hardware: HardwareInfo) -> CppConfig:
-        return CppConfig.from_json(dict(data), hardware.cores)
+        return config_from_json(data, hardware)
 
     def codegen(self, kernel: Kernel, config: CppConfig) -> str:
         counters["kernels_generated"] += 1

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from ...core.hardware import HardwareInfo
+
 SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 
@@ -58,3 +60,8 @@ class CppConfig:
         if cores is not None and config.threads > cores:
             raise ValueError(f"threads={config.threads} exceeds the {cores} cores of the machine it was tuned on")
         return config
+
+
+def config_from_json(data: dict, hardware: HardwareInfo) -> CppConfig:
+    """A stored config, its threads bounded by the cores of the ``hardware`` it was tuned on."""
+    return CppConfig.from_json(dict(data), hardware.cores)

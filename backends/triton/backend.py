@@ -21,7 +21,7 @@ from . import settings as triton_settings
 from .codegen import Program, generate
 from .compile import Launcher, load_module, module_path
 from .heuristics import default_config
-from .params import TritonConfig
+from .params import TritonConfig, config_from_json
 from .space import search_space
 
 # What decides the generated code besides the kernel's IR: the backend, the shared emitter, and the
@@ -61,7 +61,7 @@ class TritonBackend:
         return default_config(kernel)
 
     def config_from_json(self, data: Mapping[str, Any], hardware: HardwareInfo) -> TritonConfig:
-        return TritonConfig.from_json(dict(data))
+        return config_from_json(data, hardware)
 
     def program(self, kernel: Kernel, config: TritonConfig) -> Program:
         """Source and launch plan of ``kernel`` under ``config``."""

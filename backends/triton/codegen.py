@@ -24,12 +24,12 @@ import torch
 
 from ...ir import dtypes as dt
 from ...ir.index import Index, as_var, floordiv, product
-from ...scheduler.kernel import Kernel, Strategy, signature
+from ...scheduler.kernel import Kernel, signature
 from .emit import KernelContext, TritonEmitter, identifier
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for
 from .ops import tl_type
-from .params import TritonConfig, next_pow2
+from .params import Strategy, TritonConfig, next_pow2
 from .reductions import TritonAccumulator
 from .settings import TritonSettings
 

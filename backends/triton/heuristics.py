@@ -29,9 +29,9 @@ import torch
 
 from ...ir.expr import loads
 from ...ir.index import as_var, product
-from ...scheduler.kernel import Kernel, Strategy
+from ...scheduler.kernel import Kernel
 from .indexing import contiguous_var, transposed_split
-from .params import TritonConfig, next_pow2
+from .params import Strategy, TritonConfig, next_pow2
 
 H200_SMS = 132
 PERSISTENT_ROW = 32768

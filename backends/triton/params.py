@@ -2,8 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import Enum
 
-from ...scheduler.kernel import Strategy
+from ...core.hardware import HardwareInfo
+
+
+class Strategy(Enum):
+    """How a reduction kernel walks its rows (a tunable parameter)."""
+
+    PERSISTENT = "persistent"  # a whole row at once (one program / one thread owns it)
+    LOOPED = "looped"          # a row in chunks, accumulators carried across chunks
+    SPLIT = "split"            # one long reduction split across programs/threads, then combined
+
 
 MAX_TILE_NUMEL = 1 << 20  # triton.language.TRITON_MAX_TENSOR_NUMEL
 _LIMITS = {"XBLOCK": 8192, "YBLOCK": 1024, "RBLOCK": 1 << 16, "num_warps": 32, "SPLIT": 8192}
@@ -71,6 +81,11 @@ class TritonConfig:
         if unknown:
             raise ValueError(f"unknown Triton config keys: {sorted(unknown)}")
         return TritonConfig(**data)
+
+
+def config_from_json(data: dict, hardware: HardwareInfo) -> TritonConfig:
+    """A stored config (its bounds do not depend on the hardware it was tuned on)."""
+    return TritonConfig.from_json(dict(data))
 
 
 def next_pow2(n: int) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 from ...core.hardware import HardwareInfo, HardwareKind
 from ...core.space import Knob, SearchSpace
 from ...ir.index import product
-from ...scheduler.kernel import Kernel, Strategy
+from ...scheduler.kernel import Kernel
 from .codegen import check_config
 from .heuristics import default_config
 from .indexing import transposed_split
-from .params import TritonConfig, next_pow2
+from .params import Strategy, TritonConfig, next_pow2
 
 MAX_ELEMENTS_PER_THREAD = 512
 WARPS = (1, 2, 4, 8, 16, 32)
