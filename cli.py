@@ -1,7 +1,11 @@
 """The ``autotune`` command line: a thin table of subcommands over loopnest's Python API.
 
 Every subcommand takes ``--db URL`` (default ``$LOOPNEST_DB``, else a SQLite file in the user
-cache dir) and ``--format table|json``. Usage errors print the subcommand's help.
+cache dir) and ``--format table|json``. Usage errors print the subcommand's help; any other
+error is one ``autotune: ...`` line and exit status 2 (130 after Ctrl-C).
+
+Subcommands import what they use when they run (the tuning DB's SQLAlchemy, torch, Optuna,
+matplotlib), so ``autotune --help`` and the DB queries start without torch.
 """
 from __future__ import annotations
 
@@ -9,26 +13,23 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import optuna
-import torch
-
-from .autotune import queries
-from .autotune.options import SAMPLERS, TuneSettings
-from .autotune.report import write_report
-from .db.api import open_db, resolve_url
-from .autotune.sweep import sweep, target
-from .autotune.workloads import SIZE_CLASSES, WORKLOADS, resolve
+from .autotune.options import SAMPLERS, SIZE_CLASSES, TuneSettings
 from .backends import registry
-from .db.api import ImportRowError, WinnerRecord
-
-WINNER_COLUMNS = ("name", "kernel", "backend", "sizes", "dtypes", "time_us", "default_time_us", "speedup",
-                  "stale", "config")
 
 
 # -- output ---------------------------------------------------------------------------------------
+def duration(us: float | None) -> str:
+    """A time in µs with a readable unit: ``41.2 µs``, ``27.3 ms``, ``1.24 s``."""
+    if us is None:
+        return "-"
+    for scale, unit in ((1e6, "s"), (1e3, "ms")):
+        if us >= scale:
+            return f"{us / scale:.3g} {unit}"
+    return f"{us:.3g} µs"
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -39,16 +40,33 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+# A column: (title, key of the row, how to print its value); times and ratios align right.
+Column = tuple[str, str, Callable[[Any], str]]
+
+
+def speedup(value: float | None) -> str:
+    """A ratio as ``1.23x``."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def col(key: str, fmt: Callable[[Any], str] = _cell, title: str | None = None) -> Column:
+    """A table column showing ``row[key]`` through ``fmt``."""
+    return (title or key, key, fmt)
+
+
+def table(rows: Sequence[dict], columns: Sequence[Column]) -> str:
     """Rows as an aligned text table."""
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
+    cells = [[fmt(r.get(key)) for _, key, fmt in columns] for r in rows]
+    right = [fmt in (duration, speedup) for _, _, fmt in columns]
+    widths = [max([len(title)] + [len(row[i]) for row in cells]) for i, (title, _, _) in enumerate(columns)]
+
+    def line(values) -> str:
+        return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
+
+    return "\n".join([line([title for title, _, _ in columns])] + [line(row) for row in cells])
 
 
-def emit(args, rows: Sequence[dict], columns: Sequence[str]) -> None:
+def emit(args, rows: Sequence[dict], columns: Sequence[Column]) -> None:
     """Print rows as a table or a JSON array, as ``--format`` asks."""
     if args.format == "json":
         print(json.dumps(list(rows), indent=2, default=str))
@@ -56,15 +74,30 @@ def emit(args, rows: Sequence[dict], columns: Sequence[str]) -> None:
         print(table(rows, columns) if rows else "(nothing)")
 
 
-def winner_row(w: WinnerRecord) -> dict:
+def winner_row(w) -> dict:
     """A winner as a JSON object (``db list --format json``)."""
     row = w.to_json()
     row["hardware"] = w.hardware.to_dict()
     return row
 
 
+WINNER_COLUMNS = (col("name"), col("kernel", lambda h: h[:12]), col("backend"), col("sizes"), col("dtypes"),
+                  col("time_us", duration, "time"), col("default_time_us", duration, "default"),
+                  col("speedup", speedup), col("stale"), col("config"))
+
+
+def _db(args):
+    from .db.api import open_db, resolve_url
+
+    return open_db(resolve_url(args.db))
+
+
 # -- subcommands ------------------------------------------------------------------------------------
 def cmd_sweep(args) -> int:
+    from .autotune.sweep import sweep, target
+    from .autotune.workloads import resolve
+    from .db.api import resolve_url
+
     backend = registry.get(args.backend) if args.backend else registry.for_this_machine()
     settings = TuneSettings(trials=args.trials, time_budget_s=args.time_budget, timeout_s=args.timeout,
                             sampler=args.sampler, db_url=resolve_url(args.db), study_prefix=args.study,
@@ -81,14 +114,19 @@ def cmd_sweep(args) -> int:
             print(f"autotune: sweeping {spec} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             failed.append(spec)
             continue
-        rows += [{"workload": spec, **r.to_json(), "trials": f"{r.ok}/{r.failed}"} for r in reports]
-    emit(args, rows, ("workload", "kernel", "sizes", "default_us", "best_us", "speedup", "trials", "stored"))
+        rows += [{"workload": spec, **r.to_json(), "trials": f"{r.ok}/{r.failed}", "winner": r.winner}
+                 for r in reports]
+    if args.format == "json":
+        for row in rows:
+            del row["winner"]  # the JSON rows stay as they were
+    emit(args, rows, (col("workload"), col("kernel"), col("sizes"), col("default_us", duration, "default"),
+                      col("best_us", duration, "best"), col("speedup", speedup), col("winner"), col("trials"),
+                      col("stored")))
     return 1 if failed else 0
 
 
 def cmd_db_list(args) -> int:
-    db = open_db(resolve_url(args.db))
-    winners = db.winners(backend=args.backend, stale=True if args.stale else None)
+    winners = _db(args).winners(backend=args.backend, stale=True if args.stale else None)
     if args.kernel:
         winners = [w for w in winners if w.kernel_hash.startswith(args.kernel) or w.name == args.kernel]
     emit(args, [winner_row(w) for w in winners], WINNER_COLUMNS)
@@ -96,8 +134,10 @@ def cmd_db_list(args) -> int:
 
 
 def cmd_db_show(args) -> int:
-    db = open_db(resolve_url(args.db))
-    winners = queries.kernel_winners(db, args.kernel)
+    from .autotune.queries import kernel_winners
+
+    db = _db(args)
+    winners = kernel_winners(db, args.kernel)
     hashes = {w.kernel_hash for w in winners} or {args.kernel}
     trials = [t for t in db.trials() if any(t.kernel_hash.startswith(h) for h in hashes)]
     if args.format == "json":
@@ -108,35 +148,36 @@ def cmd_db_show(args) -> int:
     emit(args, [winner_row(w) for w in winners], WINNER_COLUMNS)
     print(f"\ntrials ({len(trials)}):")
     rows = [{**t.__dict__, "state": t.state.value} for t in trials]
-    emit(args, rows, ("id", "sizes", "state", "p50_us", "config", "message"))
+    emit(args, rows, (col("id"), col("sizes"), col("state"), col("p50_us", duration, "p50"), col("config"),
+                      col("message")))
     return 0
 
 
 def cmd_db_best(args) -> int:
-    db = open_db(resolve_url(args.db))
-    results = queries.best(db, args.kernel, queries.parse_sizes(args.sizes))
+    from .autotune.queries import best, parse_sizes
+
+    results = best(_db(args), args.kernel, parse_sizes(args.sizes))
     rows = [{"kind": r.kind.value, "kernel": r.winner.kernel_hash if r.winner else args.kernel,
              "name": r.winner.name if r.winner else None, "sizes": r.winner.sizes if r.winner else None,
              "time_us": r.winner.time_us if r.winner else None, "measured": r.is_measured,
              "config": r.config} for r in results]
-    emit(args, rows, ("kind", "name", "kernel", "sizes", "time_us", "measured", "config"))
+    emit(args, rows, (col("kind"), col("name"), col("kernel"), col("sizes"), col("time_us", duration, "time"),
+                      col("measured"), col("config")))
     return 0 if rows else 1
 
 
-def _devices() -> list[str]:
-    return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-
-
 def cmd_db_stale(args) -> int:
-    db = open_db(resolve_url(args.db))
+    from .autotune.queries import stale_winners
+
     rows = [{**winner_row(s.winner), "changed": {k: f"{a} -> {b}" for k, (a, b) in s.changed.items()}}
-            for s in queries.stale_winners(db)]
-    emit(args, rows, ("name", "kernel", "backend", "sizes", "time_us", "changed"))
+            for s in stale_winners(_db(args))]
+    emit(args, rows, (col("name"), col("kernel", lambda h: h[:12]), col("backend"), col("sizes"),
+                      col("time_us", duration, "time"), col("changed")))
     return 0
 
 
 def cmd_db_export(args) -> int:
-    db = open_db(resolve_url(args.db))
+    db = _db(args)
     if args.out:
         with open(args.out, "w") as fp:
             count = db.export_jsonl(fp)
@@ -147,10 +188,13 @@ def cmd_db_export(args) -> int:
 
 
 def cmd_db_import(args) -> int:
-    db = open_db(resolve_url(args.db))
+    from .autotune.queries import validate_stored_config
+    from .db.api import ImportRowError
+
+    db = _db(args)
     try:
         with open(args.file) as fp:
-            count = db.import_jsonl(fp, queries.validate_stored_config)
+            count = db.import_jsonl(fp, validate_stored_config)
     except ImportRowError as exc:
         print(f"autotune: import failed, nothing imported: {exc}", file=sys.stderr)
         return 1
@@ -159,21 +203,33 @@ def cmd_db_import(args) -> int:
 
 
 def cmd_db_gc(args) -> int:
-    count = open_db(resolve_url(args.db)).gc(args.older_than)
-    emit(args, [{"deleted_trials": count, "older_than_days": args.older_than}], ("deleted_trials", "older_than_days"))
+    count = _db(args).gc(args.older_than)
+    emit(args, [{"deleted_trials": count, "older_than_days": args.older_than}],
+         (col("deleted_trials"), col("older_than_days")))
     return 0
 
 
 def cmd_hardware(args) -> int:
+    import torch
+
     rows = []
-    for device in _devices():
+    for device in ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]:
         backend = registry.for_device(device)
         rows.append({"device": device, **backend.hardware(device).to_dict(), "software": backend.software()})
-    emit(args, rows, ("device", "fingerprint", "kind", "name", "capability", "cores", "memory_bytes"))
+    emit(args, rows, tuple(col(k) for k in ("device", "fingerprint", "kind", "name", "capability", "cores",
+                                            "memory_bytes")))
     return 0
 
 
 def cmd_report(args) -> int:
+    try:
+        from .autotune.report import write_report
+    except ImportError as exc:
+        raise ValueError(f"report needs {exc.name}: pip install 'loopnest[plots]'") from None
+    import optuna
+
+    from .db.api import resolve_url
+
     url = resolve_url(args.db)
     storage = optuna.storages.RDBStorage(url)
     names = optuna.get_all_study_names(storage)
@@ -184,7 +240,7 @@ def cmd_report(args) -> int:
             print(f"autotune: no study {args.study!r} in {url}; studies:\n  {listing}", file=sys.stderr)
             return 1
         args.study = matches[0]
-    out = write_report(optuna.load_study(study_name=args.study, storage=storage), Path(args.out))
+    out = write_report(optuna.load_study(study_name=args.study, storage=storage), args.out)
     print(f"wrote {out}")
     return 0
 
@@ -198,11 +254,21 @@ def _common(parser: argparse.ArgumentParser, top: bool = False) -> None:
     parser.add_argument("--format", choices=("table", "json"), default=default("table"), help="output format")
 
 
+class _SweepParser(argparse.ArgumentParser):
+    """Lists the built-in workloads in its help, importing them (and torch) only then."""
+
+    def format_help(self) -> str:
+        from .autotune.workloads import WORKLOADS
+
+        self.description = (f"Built-in workloads: {', '.join(WORKLOADS)} (the first ten are the suite's; the "
+                            "rest are matmul-free transformer pieces). module:function names a function "
+                            "returning (fn, example_inputs).")
+        return super().format_help()
+
+
 def _sweep_parser(sub) -> None:
-    p = sub.add_parser("sweep", help="tune every kernel of built-in or module:function workloads",
-                       description=f"Built-in workloads: {', '.join(WORKLOADS)} (the first ten are the "
-                                   "issue's; the rest are matmul-free transformer pieces). "
-                                   "module:function names a function returning (fn, example_inputs).")
+    p = sub.add_parser("sweep", help="tune every kernel of built-in or module:function workloads")
+    p.__class__ = _SweepParser  # argparse builds every subparser with one class
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
     p.add_argument("--backend", choices=registry.names(), help="default: triton with CUDA, else cpp")
     defaults = TuneSettings()
@@ -270,14 +336,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _failure(exc: BaseException) -> str | None:
+    """The one line to print for an error a user can fix (None: a bug, let it raise)."""
+    if isinstance(exc, (ValueError, OSError)) or type(exc).__module__.startswith("sqlalchemy"):
+        text = str(exc).strip().splitlines()
+        return text[0] if text else type(exc).__name__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autotune`` console script."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"autotune: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = _failure(exc)
+        if message is None:
+            raise
+        print(f"autotune: {message}", file=sys.stderr)
         return 2
 
 

@@ -54,6 +54,7 @@ class KernelReport:
     study: str
     stored: str | None             # where the winner was stored (None: nothing verified)
     stop_reason: str = ""
+    winner: str = "-"              # where the winner came from: default, stale, nearest, exact or search
 
     @property
     def speedup(self) -> float | None:
@@ -110,7 +111,8 @@ class GraphTuner:
         study = open_study(self.storage, name, make_sampler(self.settings.sampler, space,
                                                             self.settings.trials, self.settings.seed))
         self.recover(study, key)
-        enqueue_warm_starts(study, space, self.warm_starts(space, default, lookup, key))
+        starts = self.warm_starts(space, default, lookup, key)
+        enqueue_warm_starts(study, space, starts)
         recorder = TrialRecorder(self.db, key, name)
         evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.settings.timeout_s,
                                     self.settings.workers, recorder)
@@ -127,8 +129,10 @@ class GraphTuner:
         winner, time_us, default_us = self.final_measure(kernel, best, default, default_outcome)
         self.db.store_winner(key, winner[0].to_json(), time_us, default_us, self.software, winner[1].trial_id)
         log.info("%s: winner %s, %.1f us (default %s us)", display, winner[0], time_us, default_us)
+        origins = {config_key(config): reason for config, reason in reversed(starts)}  # the first reason wins
+        origin = origins.get(config_key(winner[0]), "search")
         return KernelReport(default_us=default_us, best_us=time_us, config=winner[0].to_json(),
-                            stored=f"{self.db.url} [{name}]", **report)
+                            stored=f"{self.db.url} [{name}]", winner=origin, **report)
 
     def warm_starts(self, space: SearchSpace, default, lookup, key: TuningKey) -> list[tuple[Any, str]]:
         """The default first, then this key's stored winner (stale, or exact when re-tuning), then

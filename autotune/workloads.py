@@ -13,8 +13,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-SIZE_CLASSES = ("gpu", "cpu", "tiny")
-
 
 @dataclass(frozen=True)
 class Workload:

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from loopnest.core.hardware import this_cpu
-from loopnest.cli import main
+from loopnest.cli import duration, main
 from loopnest.db.api import HardwareInfo, TuningDB
 
 WINNER_FIELDS = {"kernel", "name", "backend", "sizes", "dtypes", "hardware", "config", "time_us",
@@ -45,8 +45,9 @@ def test_sweep_prints_the_table(tmp_path, capsys):
     code, out = run(capsys, "sweep", "full_absmax", "--size", "tiny", "--trials", "2", "--db", url, "--no-progress")
     assert code == 0
     header = out.splitlines()[0].split()
-    assert header == ["workload", "kernel", "sizes", "default_us", "best_us", "speedup", "trials", "stored"]
+    assert header == ["workload", "kernel", "sizes", "default", "best", "speedup", "winner", "trials", "stored"]
     assert "full_absmax/ln_fx_0" in out and "5000" in out and url in out
+    assert " µs" in out and "x " in out  # times carry units, speedups read 1.23x
 
 
 def test_db_list_json_has_every_winner_field(swept, capsys):
@@ -157,6 +158,19 @@ def test_report_writes_png_and_html(swept, tmp_path, capsys):
     assert main(["report", kernel, "--db", swept[0], "--out", str(page)]) == 0
     assert "<img src='data:image/png;base64," in page.read_text()
     assert main(["report", "no-such-study", "--db", swept[0], "--out", str(png)]) == 1
+
+
+def test_times_carry_units():
+    assert [duration(t) for t in (41.23, 27_300.0, 1_240_000.0, None)] == ["41.2 µs", "27.3 ms", "1.24 s", "-"]
+
+
+def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    for argv in (["db", "list", "--db", "nonsense://x"], ["db", "list", "--db", f"sqlite:///{text}"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("autotune: ") and err.count("\n") == 1, err
 
 
 def test_usage_errors_exit_2(capsys):
