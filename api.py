@@ -12,6 +12,7 @@ import torch
 from .autotune.compile_time import tuner_for
 from .autotune.options import TuneSettings
 from .backends import registry
+from .core import settings
 from .lowering import api as lowering_api
 from .lowering.dynamo import AtenCompiler
 from .lowering.explain import Explanation, GraphInfo
@@ -19,6 +20,14 @@ from .lowering.options import CompileOptions
 from .lowering.runner import LoweredGraph
 
 OPTIONS = ("backend", "tune", "tuning", "recorder", "cudagraphs")
+# torch.compile's mode -> the options it stands for; the tuning budget comes from the settings
+# (LOOPNEST_TUNE_TRIALS), since torch.compile refuses ``options=`` next to ``mode=``.
+MODES = {
+    "default": {},
+    "max-autotune": {"tune": "sweep", "cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"tune": "sweep"},
+    "reduce-overhead": {"cudagraphs": True},
+}
 
 
 def compile_options(backend: str | None = None, tune: str = "db", tuning: dict | TuneSettings | None = None,
@@ -55,15 +64,26 @@ def loopnest_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options
                      mode: str | None = None, **kwargs):
     """The ``torch.compile(backend="loopnest")`` backend (an entry point in pyproject): forward and
     backward through AOTAutograd, compiled by loopnest. ``options``: ``compile_options``'s
-    arguments as a dict. ``mode`` (torch.compile's) is accepted and ignored."""
+    arguments as a dict; ``mode``: one of ``MODES`` (CUDA graphs apply to CUDA inference graphs
+    only, so on the CPU "reduce-overhead" is the default)."""
     if kwargs:
         raise ValueError(f"loopnest backend: unexpected arguments {sorted(kwargs)}; pass options={{...}}")
-    options = dict(options or {})
+    options = dict(options or {}) or options_for_mode(mode)
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise ValueError(f"loopnest: unknown options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
     opts = compile_options(**options)
     return AtenCompiler(opts, opts.backend_for(example_inputs)).aot(gm, example_inputs)
+
+
+def options_for_mode(mode: str | None) -> dict:
+    """The options torch.compile's ``mode`` stands for (see ``MODES``)."""
+    if mode not in MODES and mode is not None:
+        raise ValueError(f"loopnest: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    options = dict(MODES[mode or "default"])
+    if options.get("tune") == "sweep":
+        options["tuning"] = {"trials": settings.current().tune_trials}
+    return options
 
 
 def explain(fn, *example_inputs, **options) -> Explanation:

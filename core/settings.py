@@ -32,6 +32,16 @@ def env_flag(name: str, default: bool = False) -> bool:
     raise ValueError(f"{name}={raw!r} is not a boolean: use one of {', '.join(_ON[1:] + _OFF[1:])}")
 
 
+def env_int(name: str, default: int) -> int:
+    """The positive integer environment variable ``name`` (unset or empty: ``default``)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r} must be a whole number >= 1")
+    return int(raw)
+
+
 # variable -> (field, what it does); the README's table of environment variables lists these.
 VARIABLES = {
     "LOOPNEST_CACHE_DIR": ("cache_dir", "root of the code, AOT and debug caches (default: the user cache dir)"),
@@ -40,6 +50,8 @@ VARIABLES = {
     "LOOPNEST_POISON": ("poison", "fill every buffer loopnest allocates with NaN or a sentinel first"),
     "LOOPNEST_AOT_CACHE": ("aot_cache", "cache AOTAutograd's plain inference graphs on disk (default on)"),
     "TRITON_INTERPRET": ("triton_interpret", "run Triton kernels in Triton's CPU interpreter"),
+    "LOOPNEST_TUNE_TRIALS": ("tune_trials", "configs measured per kernel when torch.compile's mode tunes "
+                             "(max-autotune; default 24)"),
     "CXX": ("cxx", "the C++ compiler of the C++ backend (default g++)"),
 }
 
@@ -54,6 +66,7 @@ class Settings:
     poison: bool
     aot_cache: bool
     triton_interpret: bool
+    tune_trials: int
     cxx: str
 
     @staticmethod
@@ -64,7 +77,7 @@ class Settings:
                         debug=env_flag("LOOPNEST_DEBUG"), poison=env_flag("LOOPNEST_POISON"),
                         aot_cache=env_flag("LOOPNEST_AOT_CACHE", default=True),
                         triton_interpret=env_flag("TRITON_INTERPRET"),
-                        cxx=os.environ.get("CXX") or "g++")
+                        tune_trials=env_int("LOOPNEST_TUNE_TRIALS", 24), cxx=os.environ.get("CXX") or "g++")
 
 
 _overrides: list[dict] = []
