@@ -24,7 +24,7 @@ from loopnest.db.api import (
     UnknownKernelError, default_db_url,
 )
 from loopnest.db.models import utcnow
-from loopnest.db.schema import VERSION_TABLE, alembic_config, head_revision
+from loopnest.db.schema import HEAD, VERSION_TABLE, alembic_config, head_revision
 
 PG_ENV = "LOOPNEST_TEST_PG_URL"
 LN_TABLES = {"ln_hardware", "ln_kernels", "ln_trials", "ln_winners", VERSION_TABLE}
@@ -121,7 +121,7 @@ def run_sql(url: str, *statements: str) -> None:
 
 def test_migrates_empty_database_and_reopens_idempotently(db_url, cpu, software):
     with TuningDB(db_url) as first:
-        assert first.revision == head_revision()
+        assert first.revision == head_revision() == HEAD
         first.register_kernel(*SOFTMAX)
         first.store_winner(key(cpu), {"block": 64, "threads": 2}, 10.0, 15.0, software)
     engine = create_engine(db_url)
