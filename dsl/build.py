@@ -11,7 +11,7 @@ from ..ir.nodes import (Buffer, BufferKind, BufferRef, Extern, Graph, Layout, Ou
                         Reduction, domain_vars, interleave)
 from ..ir.ops import Op
 from .tensor import (ExternSrc, GatherSrc, PlaceholderSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc,
-                     iter_tensors)
+                     iter_tensors, view_root)
 
 
 class GraphBuilder:
@@ -66,11 +66,8 @@ class GraphBuilder:
         idx = domain_vars(t.shape, "i")
         compute = [self.load(a, idx) if isinstance(a, Tensor) else _scalar(a, k, t, src)
                    for k, a in enumerate(src.args)]
-        if src.op is Op.CAST:
-            body = Apply(Op.CAST, (compute[0],), t.dtype)
-        else:
-            body = Apply(src.op, tuple(compute), t.dtype)
         out = self._new_buffer("buf", t)
+        body = Apply(src.op, tuple(compute), t.dtype)
         self.graph.nodes.append(Pointwise(f"{src.op.name.lower()}_{self.counter}", out, t.shape, body))
         self.buffer_of[t.id] = out
 
@@ -118,10 +115,7 @@ class GraphBuilder:
 
     def realize(self, t: Tensor, allow_input: bool = True) -> tuple[str, Layout]:
         """A buffer holding ``t`` and the layout to view it with (strided views need no copy)."""
-        root, index = t, domain_vars(t.shape, "i")
-        while isinstance(root.src, ViewSrc):
-            index = root.src.remap(index)
-            root = root.src.base
+        root, index = view_root(t)
         name = self.buffer_of.get(root.id)
         if name is not None and (allow_input or self.graph.buffers[name].kind is not BufferKind.INPUT):
             base = self.graph.buffers[name].layout

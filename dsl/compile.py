@@ -39,9 +39,7 @@ class CompiledFunction:
 
     def compile_for(self, args) -> CompiledGraph:
         """Compile for the layouts of ``args``."""
-        layouts = {t.src.name: _layout(t, a) for t, a in zip(self.inputs, args)}
-        graph = GraphBuilder(layouts).build(self.inputs, self.outputs)
-        return compile_graph(graph, self.backend, self.name)
+        return compile_graph(self.graph(*args), self.backend, self.name)
 
     def graph(self, *args):
         """The IR graph for example ``args`` (for inspection)."""

@@ -63,9 +63,7 @@ def result_dtype(args) -> DType:
 
 
 def _as_tensor_or_scalar(value):
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (Tensor, bool, int, float)):
         return value
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return value.item()
@@ -81,13 +79,7 @@ def cast(x: Tensor, dtype) -> Tensor:
 
 
 def _prepare(args, in_dtype: DType, shape):
-    out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            out.append(broadcast_to(cast(a, in_dtype), shape))
-        else:
-            out.append(a)
-    return tuple(out)
+    return tuple(broadcast_to(cast(a, in_dtype), shape) if isinstance(a, Tensor) else a for a in args)
 
 
 def apply(op: Op, *args, dtype: DType | None = None) -> Tensor:
@@ -104,10 +96,7 @@ def apply(op: Op, *args, dtype: DType | None = None) -> Tensor:
         raise TypeError(f"{op.name.lower()} is defined on integer and bool tensors, got {in_dtype.name}")
     if op in LOGICAL:
         in_dtype = dt.bool_
-    if op in PREDICATES:
-        out_dtype = dt.bool_
-    else:
-        out_dtype = dtype or in_dtype
+    out_dtype = dt.bool_ if op in PREDICATES else dtype or in_dtype
     return Tensor(shape, out_dtype, PointwiseSrc(op, _prepare(args, in_dtype, shape)))
 
 
@@ -172,14 +161,12 @@ def where(cond, x, y) -> Tensor:
         if not isinstance(cond, Tensor):
             raise TypeError("where: at least one operand must be a DSL tensor")
         x_dtype = dt.promote_with_scalar(dt.promote_with_scalar(dt.bool_, x), y)
-        vals = (x, y)
     else:
         x_dtype = result_dtype((x, y))
-        vals = (x, y)
     tensors = [a for a in (cond, x, y) if isinstance(a, Tensor)]
     shape = broadcast_shapes(*(t.shape for t in tensors), what="where")
     cond_b = broadcast_to(cond, shape) if isinstance(cond, Tensor) else bool(cond)
-    xs = _prepare(vals, x_dtype, shape)
+    xs = _prepare((x, y), x_dtype, shape)
     return Tensor(shape, x_dtype, PointwiseSrc(Op.WHERE, (cond_b,) + xs))
 
 
@@ -341,13 +328,15 @@ def _axes(x: Tensor, axis, what: str) -> tuple[int, ...]:
     return (normalize_axis(axis, x.ndim, what),)
 
 
-def _reduce(op: ReduceOp, x: Tensor, axes: tuple[int, ...], keepdim: bool, dtype: DType,
-            outputs: int = 1) -> tuple[Tensor, ...]:
+def _reduce(op: ReduceOp, x: Tensor, axes: tuple[int, ...], keepdim: bool) -> tuple[Tensor, ...]:
+    """The outputs of ``op`` over ``axes``, in the dtypes ``ir.reductions`` gives them, except that an
+    output of ``x``'s compute dtype keeps ``x``'s dtype (a float16 sum is float16, as in torch)."""
     kept = tuple(s for k, s in enumerate(x.shape) if k not in axes)
     node_id = next(_counter)
+    compute = dt.compute_dtype(x.dtype)
     results = []
-    for out in range(outputs):
-        t = Tensor(kept, dtype, ReductionSrc(op, x, axes, out, node_id))
+    for out, dtype in enumerate(op.spec.output_dtypes(x.dtype)):
+        t = Tensor(kept, x.dtype if dtype == compute else dtype, ReductionSrc(op, x, axes, out, node_id))
         results.append(_keepdim(t, x, axes) if keepdim else t)
     return tuple(results)
 
@@ -357,38 +346,23 @@ def _keepdim(t: Tensor, x: Tensor, axes) -> Tensor:
     return getitem(t, key) if axes else t
 
 
-def _sum_dtype(x: Tensor) -> DType:
-    return dt.int64 if (x.dtype.is_int or x.dtype.is_bool) else x.dtype
+def _reduction(op: ReduceOp, doc: str):
+    """``fn(x, axis=None, keepdim=False)`` reducing with ``op`` (any/all test elements for != 0)."""
+    def fn(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        flags = op in (ReduceOp.ANY, ReduceOp.ALL)
+        return _reduce(op, cast(x, dt.bool_) if flags else x, _axes(x, axis, op.value), keepdim)[0]
+
+    fn.__name__, fn.__doc__ = op.value, doc
+    return fn
 
 
-def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """Sum over ``axis`` (all when None); integer and bool inputs sum to int64 like torch."""
-    return _reduce(ReduceOp.SUM, x, _axes(x, axis, "sum"), keepdim, _sum_dtype(x))[0]
-
-
-def prod(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    """Product over ``axis``."""
-    return _reduce(ReduceOp.PROD, x, _axes(x, axis, "prod"), keepdim, _sum_dtype(x))[0]
-
-
-def max(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """Maximum over ``axis``; NaN if any element is NaN."""
-    return _reduce(ReduceOp.MAX, x, _axes(x, axis, "max"), keepdim, x.dtype)[0]
-
-
-def min(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """Minimum over ``axis``; NaN if any element is NaN."""
-    return _reduce(ReduceOp.MIN, x, _axes(x, axis, "min"), keepdim, x.dtype)[0]
-
-
-def any(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """True where any element over ``axis`` is nonzero."""
-    return _reduce(ReduceOp.ANY, cast(x, dt.bool_), _axes(x, axis, "any"), keepdim, dt.bool_)[0]
-
-
-def all(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """True where every element over ``axis`` is nonzero."""
-    return _reduce(ReduceOp.ALL, cast(x, dt.bool_), _axes(x, axis, "all"), keepdim, dt.bool_)[0]
+sum = _reduction(ReduceOp.SUM,  # noqa: A001
+                 "Sum over ``axis`` (all when None); integer and bool inputs sum to int64 like torch.")
+prod = _reduction(ReduceOp.PROD, "Product over ``axis``.")
+max = _reduction(ReduceOp.MAX, "Maximum over ``axis``; NaN if any element is NaN.")  # noqa: A001
+min = _reduction(ReduceOp.MIN, "Minimum over ``axis``; NaN if any element is NaN.")  # noqa: A001
+any = _reduction(ReduceOp.ANY, "True where any element over ``axis`` is nonzero.")  # noqa: A001
+all = _reduction(ReduceOp.ALL, "True where every element over ``axis`` is nonzero.")  # noqa: A001
 
 
 def _count(x: Tensor, axes) -> Index:
@@ -400,7 +374,7 @@ def mean(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
     if not x.dtype.is_float:
         raise TypeError(f"mean: input dtype must be floating point, got {x.dtype.name}")
     axes = _axes(x, axis, "mean")
-    total = _reduce(ReduceOp.SUM, x, axes, keepdim, x.dtype)[0]
+    total = _reduce(ReduceOp.SUM, x, axes, keepdim)[0]
     return _div_by_count(total, _count(x, axes))
 
 
@@ -416,22 +390,21 @@ def _size_value(count: Index, like: Tensor) -> Tensor:
     return Tensor((), like.dtype, PointwiseSrc(Op.CAST, (count,)))
 
 
-def _arg(op: ReduceOp, x: Tensor, axis, keepdim: bool) -> Tensor:
-    if axis is None:
-        flat = reshape(x, (product(x.shape),))
-        out = _reduce(op, flat, (0,), False, dt.int64)[0]
-        return reshape(out, (1,) * x.ndim) if keepdim else out
-    return _reduce(op, x, (normalize_axis(axis, x.ndim, op.value),), keepdim, dt.int64)[0]
+def _arg(op: ReduceOp, doc: str):
+    """``fn(x, axis=None, keepdim=False)``: the position ``op`` finds along one axis, or in ``x``
+    flattened when ``axis`` is None."""
+    def fn(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        if axis is None:
+            out = _reduce(op, reshape(x, (product(x.shape),)), (0,), False)[0]
+            return reshape(out, (1,) * x.ndim) if keepdim else out
+        return _reduce(op, x, (normalize_axis(axis, x.ndim, op.value),), keepdim)[0]
+
+    fn.__name__, fn.__doc__ = op.value, doc
+    return fn
 
 
-def argmax(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    """Index of the first maximum along ``axis`` (flattened when None), as int64."""
-    return _arg(ReduceOp.ARGMAX, x, axis, keepdim)
-
-
-def argmin(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    """Index of the first minimum along ``axis`` (flattened when None), as int64."""
-    return _arg(ReduceOp.ARGMIN, x, axis, keepdim)
+argmax = _arg(ReduceOp.ARGMAX, "Index of the first maximum along ``axis`` (flattened when None), as int64.")
+argmin = _arg(ReduceOp.ARGMIN, "Index of the first minimum along ``axis`` (flattened when None), as int64.")
 
 
 def var_mean(x: Tensor, axis=None, correction: int = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
@@ -439,7 +412,7 @@ def var_mean(x: Tensor, axis=None, correction: int = 1, keepdim: bool = False) -
     if not x.dtype.is_float:
         raise TypeError(f"var_mean: input dtype must be floating point, got {x.dtype.name}")
     axes = _axes(x, axis, "var_mean")
-    mean_t, m2 = _reduce(ReduceOp.WELFORD, x, axes, keepdim, x.dtype, outputs=2)
+    mean_t, m2 = _reduce(ReduceOp.WELFORD, x, axes, keepdim)
     n = _count(x, axes)
     c = n.as_int()
     if c is not None:

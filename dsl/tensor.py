@@ -13,6 +13,7 @@ from ..core.trees import leaves
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index, Sym
+from ..ir.nodes import domain_vars
 from ..ir.ops import Op, ReduceOp
 
 Shape = tuple[Index, ...]
@@ -141,12 +142,7 @@ def placeholder(name: str, shape: Sequence, dtype) -> Tensor:
         raise ValueError(f"placeholder name must be an identifier, got {name!r}")
     if isinstance(shape, (int, str)):
         shape = (shape,)
-    t = Tensor(tuple(to_size(s) for s in shape), dt.to_dtype(dtype), PlaceholderSrc(name))
-    _PLACEHOLDERS.append(t)
-    return t
-
-
-_PLACEHOLDERS: list[Tensor] = []
+    return Tensor(tuple(to_size(s) for s in shape), dt.to_dtype(dtype), PlaceholderSrc(name))
 
 
 def placeholders_in_creation_order(roots: Sequence[Tensor]) -> list[Tensor]:
@@ -173,6 +169,16 @@ def iter_tensors(roots: Sequence[Tensor]):
             if d.id not in seen:
                 stack.append((d, False))
     return order
+
+
+def view_root(t: Tensor) -> tuple[Tensor, tuple[Index, ...]]:
+    """The tensor ``t`` is a chain of views of, and the index of it that ``t``'s own loop variables
+    (``domain_vars(t.shape, "i")``) read."""
+    root, index = t, domain_vars(t.shape, "i")
+    while isinstance(root.src, ViewSrc):
+        index = root.src.remap(index)
+        root = root.src.base
+    return root, index
 
 
 def dependencies(t: Tensor) -> list[Tensor]:

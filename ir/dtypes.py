@@ -61,22 +61,9 @@ uint8 = DType("uint8", Kind.UINT, 1)
 bool_ = DType("bool", Kind.BOOL, 1)
 
 ALL_DTYPES = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, bool_)
-FLOAT_DTYPES = (float16, bfloat16, float32, float64)
-INT_DTYPES = (int8, int16, int32, int64, uint8)
 BY_NAME = {d.name: d for d in ALL_DTYPES}
 
-_TO_TORCH = {
-    float16: torch.float16,
-    bfloat16: torch.bfloat16,
-    float32: torch.float32,
-    float64: torch.float64,
-    int8: torch.int8,
-    int16: torch.int16,
-    int32: torch.int32,
-    int64: torch.int64,
-    uint8: torch.uint8,
-    bool_: torch.bool,
-}
+_TO_TORCH = {d: getattr(torch, d.name) for d in ALL_DTYPES}  # the names are torch's
 _FROM_TORCH = {t: d for d, t in _TO_TORCH.items()}
 
 

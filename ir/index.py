@@ -163,8 +163,7 @@ class Index:
         return {a for a in self.atoms() if isinstance(a, Var)}
 
     def is_atomic_str(self) -> bool:
-        return (not self.terms) or (self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1
-                                    and len(self.terms[0][0]) == 1)
+        return not self.terms or lone_atom(self) is not None
 
     # -- arithmetic ---------------------------------------------------------------------------
     def __add__(self, other: IntLike) -> "Index":
@@ -454,13 +453,30 @@ def var(name: str, size: IntLike) -> Index:
     return Index.of(Var(name, Index.of(size)))
 
 
+def lone_atom(e: Index) -> Atom | None:
+    """The atom ``e`` consists of (coefficient 1, no constant), else None."""
+    if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1 and len(e.terms[0][0]) == 1:
+        return e.terms[0][0][0]
+    return None
+
+
 def as_var(e: Index) -> Var:
     """The Var an index expression consists of (raises if it is not a bare variable)."""
-    if len(e.terms) == 1 and e.const == 0 and e.terms[0][1] == 1 and len(e.terms[0][0]) == 1:
-        a = e.terms[0][0][0]
-        if isinstance(a, Var):
-            return a
+    a = lone_atom(e)
+    if isinstance(a, Var):
+        return a
     raise ValueError(f"{e} is not a loop variable")
+
+
+def bare_symbol(e: Index) -> str | None:
+    """The symbol name if ``e`` is exactly one symbol, else None."""
+    a = lone_atom(e)
+    return a.name if isinstance(a, Sym) else None
+
+
+def symbols_in(e: Index) -> set[str]:
+    """Names of every symbol ``e`` uses."""
+    return {a.name for a in e.atoms() if isinstance(a, Sym)}
 
 
 def product(values) -> Index:

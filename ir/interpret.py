@@ -20,7 +20,7 @@ import torch
 
 from .dtypes import DType, compute_dtype, to_dtype
 from .expr import AccRef, Apply, Const, Expr, IndexValue, Load
-from .index import FloorDiv, Index, Indirect, Mod, Sym, Var, evaluate
+from .index import FloorDiv, Index, Indirect, Mod, Sym, Var, as_var, bare_symbol, evaluate
 from .nodes import Buffer, BufferRef, Extern, Graph, KReduction, KStore, Pointwise, Reduction
 from .ops import Op
 from .reductions import Combine, Component, Lift, ReduceOp, Rule
@@ -279,7 +279,7 @@ class KernelInterpreter:
 
 
 def _named(vars_: Sequence[Index], sizes: Sequence[Index]) -> tuple[tuple[str, Index], ...]:
-    return tuple((v.terms[0][0][0].name, n) for v, n in zip(vars_, sizes))
+    return tuple((as_var(v).name, n) for v, n in zip(vars_, sizes))
 
 
 def _node_nest(node: Pointwise | Reduction, graph: Graph) -> LoopNest:
@@ -298,9 +298,8 @@ def bind_symbols(graph: Graph, args: Sequence[torch.Tensor]) -> dict[str, int]:
     env: dict[str, int] = {}
     for name, t in zip(graph.inputs, args):
         for d, size in enumerate(graph.buffers[name].sizes):
-            atoms = size.atoms()
-            if len(atoms) == 1 and isinstance(next(iter(atoms)), Sym) and size == Index.of(next(iter(atoms))):
-                env.setdefault(next(iter(atoms)).name, t.shape[d])
+            if (sym := bare_symbol(size)) is not None:
+                env.setdefault(sym, t.shape[d])
     return env
 
 
@@ -315,7 +314,7 @@ def interpret_graph(graph: Graph, args: Sequence[torch.Tensor]) -> tuple[torch.T
         for out in node.outputs:
             values[out] = _allocate(graph.buffers[out], env)
         _node_nest(node, graph).run(values, graph.buffers, env)
-    return tuple(_strided(values[o.buffer], o.layout, env) for o in graph.outputs)
+    return tuple(strided_view(values[o.buffer], o.layout, env) for o in graph.outputs)
 
 
 def _allocate(b: Buffer, env: dict[str, int]) -> torch.Tensor:
@@ -325,7 +324,8 @@ def _allocate(b: Buffer, env: dict[str, int]) -> torch.Tensor:
     return t.fill_(float("nan")) if b.dtype.is_float else t.zero_()
 
 
-def _strided(t: torch.Tensor, layout, env: dict[str, int]) -> torch.Tensor:
+def strided_view(t: torch.Tensor, layout, env: dict[str, int]) -> torch.Tensor:
+    """``t`` seen through ``layout``, whose offset counts from ``t``'s first element."""
     sizes = [evaluate(s, env) for s in layout.sizes]
     strides = [evaluate(s, env) for s in layout.strides]
     return t.as_strided(sizes, strides, t.storage_offset() + evaluate(layout.offset, env))
@@ -334,7 +334,7 @@ def _strided(t: torch.Tensor, layout, env: dict[str, int]) -> torch.Tensor:
 def _run_extern(node: Extern, values: dict[str, torch.Tensor], graph: Graph, env: dict[str, int]) -> None:
     def tensor_of(ref: BufferRef) -> torch.Tensor:
         t = values[ref.name]
-        return t if ref.layout is None else _strided(t, ref.layout, env)
+        return t if ref.layout is None else strided_view(t, ref.layout, env)
 
     for name, value in zip(node.outs, node.call(tensor_of, env)):
         out = _allocate(graph.buffers[name], env)

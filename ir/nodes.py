@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..core.trees import map_leaves
 from .dtypes import DType
 from .expr import Expr
-from .index import Index, IntLike, Sym, Var, contiguous_strides, evaluate, product, recombine_divmod
+from .index import Index, IntLike, Var, contiguous_strides, evaluate, product, recombine_divmod, symbols_in
 from .ops import ReduceOp
 
 
@@ -92,6 +92,11 @@ class Buffer:
     @property
     def sizes(self) -> tuple[Index, ...]:
         return self.layout.sizes
+
+    @property
+    def nbytes(self) -> Index:
+        """Bytes of the buffer's elements (as if contiguous)."""
+        return self.layout.numel * self.dtype.itemsize
 
     def __repr__(self) -> str:
         sizes = ", ".join(str(s) for s in self.sizes)
@@ -267,8 +272,5 @@ class Graph:
 
     def symbols(self) -> set[str]:
         """Names of the symbolic sizes used by any buffer."""
-        names = set()
-        for b in self.buffers.values():
-            for s in b.layout.sizes + b.layout.strides:
-                names |= {a.name for a in s.atoms() if isinstance(a, Sym)}
-        return names
+        return {n for b in self.buffers.values() for s in b.layout.sizes + b.layout.strides
+                for n in symbols_in(s)}

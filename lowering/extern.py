@@ -18,21 +18,18 @@ from .symbolic import shape_of, strides_of
 
 aten = torch.ops.aten
 
-_BY_DESIGN = {
-    "mm": "matrix multiply: called through ATen (BLAS)",
-    "bmm": "matrix multiply: called through ATen (BLAS)",
-    "addmm": "matrix multiply: called through ATen (BLAS)",
-    "baddbmm": "matrix multiply: called through ATen (BLAS)",
-    "convolution": "convolution: called through ATen",
-    "convolution_backward": "convolution: called through ATen",
-    "_scaled_dot_product_flash_attention_for_cpu": "attention: called through ATen",
-    "_scaled_dot_product_efficient_attention": "attention: called through ATen",
-    "_scaled_dot_product_flash_attention": "attention: called through ATen",
-    "sort": "sorting: called through ATen",
-    "topk": "sorting: called through ATen",
+_THROUGH_ATEN = {  # reason -> the ops called through ATen by design
+    "matrix multiply: called through ATen (BLAS)": ("mm", "bmm", "addmm", "baddbmm"),
+    "convolution: called through ATen": ("convolution", "convolution_backward"),
+    "attention: called through ATen": (
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention"),
+    "sorting: called through ATen": ("sort", "topk"),
+    "random number generation: called through ATen": (
+        "rand", "randn", "randint", "bernoulli", "normal", "uniform", "exponential", "multinomial", "randperm",
+        "rand_like", "randn_like", "randint_like", "native_dropout"),
 }
-_RANDOM = ("rand", "randn", "randint", "bernoulli", "normal", "uniform", "exponential", "multinomial",
-           "randperm", "rand_like", "randn_like", "randint_like", "native_dropout")
+_BY_DESIGN = {name: reason for reason, names in _THROUGH_ATEN.items() for name in names}
 
 
 def default_reason(op) -> str:
@@ -40,8 +37,6 @@ def default_reason(op) -> str:
     name = getattr(op, "_opname", None) or getattr(op, "__name__", str(op))
     if name in _BY_DESIGN:
         return _BY_DESIGN[name]
-    if name in _RANDOM:
-        return "random number generation: called through ATen"
     if isinstance(op, torch._ops.OpOverload) and op.namespace not in ("aten", "prims"):
         return f"custom op {op.namespace}::{name}: called as is"
     return "no lowering rule"

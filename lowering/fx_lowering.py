@@ -20,13 +20,13 @@ from torch._ops import HigherOrderOperator, OpOverload
 from ..core.trees import map_leaves
 from ..dsl import functions as dslf
 from ..dsl.build import GraphBuilder, strided_layout
-from ..dsl.tensor import PlaceholderSrc, Tensor, ViewSrc, placeholder
+from ..dsl.tensor import PlaceholderSrc, Tensor, placeholder, view_root
 from ..ir import dtypes as dt
-from ..ir.index import Index, contiguous_strides, is_nonneg
+from ..ir.index import Index, bare_symbol, contiguous_strides, is_nonneg, symbols_in
 from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
-from .symbolic import bare_symbol, shape_of, strides_of, symbols_in, to_index
+from .symbolic import shape_of, strides_of, to_index
 
 aten = torch.ops.aten
 _IGNORED = {aten._assert_scalar.default, aten.sym_constrain_range_for_size.default,
@@ -230,10 +230,7 @@ class FxLowering:
     def _input_view(self, t: Tensor) -> tuple[int, Layout] | None:
         """(argument, layout) if ``t`` is a strided view of a tensor argument: returned as a view of
         the argument at run time instead of a copy (e.g. transposed weights saved for backward)."""
-        root, index = t, domain_vars(t.shape, "i")
-        while isinstance(root.src, ViewSrc):
-            index = root.src.remap(index)
-            root = root.src.base
+        root, index = view_root(t)
         ti = next((ti for ti in self.tensor_inputs if ti.tensor is root), None)
         if ti is None or root is t:
             return None

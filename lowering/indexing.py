@@ -16,7 +16,7 @@ from ..ir.index import Index, mod, product
 from ..ir.ops import Op
 from . import tensors as T
 from .registry import Unsupported, register_lowering
-from .views import norm_dim, slice_start
+from .views import norm_dim, position, slice_start
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -124,14 +124,10 @@ def _pad(ctx, x, pad, value=0):
         lo, hi = pad[2 * k], pad[2 * k + 1]
         if lo == 0 and hi == 0:
             continue
-        y = T.shift_along(y, d, out_shape[d], _idx(lo))
+        y = T.shift_along(y, d, out_shape[d], Index.of(lo))
         if _positive(lo) or _positive(hi):
-            y = dslf.where(T.in_range(y.shape, d, _idx(lo), _idx(lo) + x.shape[d]), y, fill)
+            y = dslf.where(T.in_range(y.shape, d, Index.of(lo), Index.of(lo) + x.shape[d]), y, fill)
     return y if y is not x else T.copy(x)
-
-
-def _idx(v) -> Index:
-    return v if isinstance(v, Index) else Index.of(v)
 
 
 def _positive(v) -> bool:
@@ -200,8 +196,6 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
 @register_lowering(aten.select_scatter.default)
 def _select_scatter(ctx, x, src, dim, index):
     dim = norm_dim(dim, x.ndim)
-    if not isinstance(index, Index) and index < 0:
-        index = x.shape[dim] + index
-    mask = dslf.apply(Op.EQ, T.iota(x.shape, dim), T.int_operand(Index.of(index)))
+    mask = dslf.apply(Op.EQ, T.iota(x.shape, dim), T.int_operand(position(index, x.shape[dim])))
     piece = T.expand(T.unsqueeze(T.cast(src, x.dtype), dim), x.shape)
     return dslf.where(mask, piece, x)

@@ -63,17 +63,10 @@ def compare_dtype(ctx: LoweringContext, n: int = 2) -> DType:
     vals = [ctx.arg_val(k) for k in range(n)]
     if n == 1:
         return dt.to_dtype(vals[0].dtype)
-    return dt.to_dtype(torch.result_type(*[_for_result_type(v) for v in vals]))
+    return dt.to_dtype(torch.result_type(*[_SYM_EXAMPLES.get(type(v), v) for v in vals]))
 
 
-def _for_result_type(v):
-    if isinstance(v, torch.SymInt):
-        return 1
-    if isinstance(v, torch.SymFloat):
-        return 1.0
-    if isinstance(v, torch.SymBool):
-        return True
-    return v
+_SYM_EXAMPLES = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}  # what result_type takes
 
 
 # -- families -------------------------------------------------------------------------------------
@@ -183,24 +176,22 @@ def _scaled(ctx, b, alpha, dtype: DType):
     return compute(ctx, Op.MUL, (b, alpha), dtype)
 
 
-@register_lowering(aten.add.Tensor, aten.add.Scalar)
-def _add(ctx, a, b, alpha=1):
-    out = ctx.out_dtype()
-    if out.is_bool:
-        return compute(ctx, Op.OR, (a, b), out)
-    return compute(ctx, Op.ADD, (a, _scaled(ctx, operand(b, out), alpha, out)), out)
+def _add_sub(op: Op, reflected: bool = False):
+    """``a + alpha * b``, ``a - alpha * b``, or ``b - alpha * a`` (rsub); bool addition is ``or``."""
+    def rule(ctx, a, b, alpha=1):
+        out = ctx.out_dtype()
+        if out.is_bool and op is Op.ADD:
+            return compute(ctx, Op.OR, (a, b), out)
+        if reflected:
+            a, b = b, a
+        return compute(ctx, op, (a, _scaled(ctx, operand(b, out), alpha, out)), out)
+
+    return rule
 
 
-@register_lowering(aten.sub.Tensor, aten.sub.Scalar)
-def _sub(ctx, a, b, alpha=1):
-    out = ctx.out_dtype()
-    return compute(ctx, Op.SUB, (a, _scaled(ctx, operand(b, out), alpha, out)), out)
-
-
-@register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)
-def _rsub(ctx, a, b, alpha=1):
-    out = ctx.out_dtype()
-    return compute(ctx, Op.SUB, (b, _scaled(ctx, operand(a, out), alpha, out)), out)
+register_family({aten.add.Tensor: Op.ADD, aten.add.Scalar: Op.ADD, aten.sub.Tensor: Op.SUB,
+                 aten.sub.Scalar: Op.SUB}, _add_sub)
+register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)(_add_sub(Op.SUB, reflected=True))
 
 
 @register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)

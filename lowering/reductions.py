@@ -12,7 +12,7 @@ from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.ops import Op
 from . import tensors as T
-from .registry import LoweringContext, register_lowering
+from .registry import LoweringContext, register_family, register_lowering
 from .views import norm_dim
 
 aten = torch.ops.aten
@@ -40,18 +40,18 @@ def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tenso
     return reduced if axes else T.copy(T.cast(x, ctx.out_dtype()))
 
 
-@register_lowering(aten.sum.dim_IntList, aten.sum.default)
-def _sum(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _with_dtype(x, dtype)
-    axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, dslf.sum(x, axes, keepdim))
+def _accumulate(reduce):
+    """sum or prod, computed in ``dtype`` when one is given."""
+    def rule(ctx, x, dim=None, keepdim=False, dtype=None):
+        x = _with_dtype(x, dtype)
+        axes = reduce_axes(x, dim)
+        return _or_trivial(ctx, x, axes, reduce(x, axes, keepdim))
+
+    return rule
 
 
-@register_lowering(aten.prod.default, aten.prod.dim_int)
-def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _with_dtype(x, dtype)
-    axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, dslf.prod(x, axes, keepdim))
+register_family({aten.sum.dim_IntList: dslf.sum, aten.sum.default: dslf.sum, aten.prod.default: dslf.prod,
+                 aten.prod.dim_int: dslf.prod}, _accumulate)
 
 
 @register_lowering(aten.mean.default, aten.mean.dim)
@@ -82,11 +82,7 @@ def _extreme_with_index(is_max: bool):
         if x.ndim == 0:
             return T.copy(x), T.full((), 0, dt.int64)
         d = norm_dim(dim, x.ndim)
-        value = _extreme(is_max)(ctx, x, [d], keepdim) if not x.dtype.is_bool else None
-        arg = (dslf.argmax if is_max else dslf.argmin)(x, d, keepdim)
-        if value is None:
-            value = (dslf.any if is_max else dslf.all)(x, (d,), keepdim)
-        return value, arg
+        return _extreme(is_max)(ctx, x, [d], keepdim), (dslf.argmax if is_max else dslf.argmin)(x, d, keepdim)
 
     return rule
 
@@ -131,31 +127,23 @@ def var_mean(ctx: LoweringContext, x: Tensor, dim, correction, keepdim: bool, dt
     c = 1 if correction is None else correction
     axes = reduce_axes(x, dim)
     if not axes:
-        n_minus_c = 1 - c
-        var = T.full(x.shape, 0.0 if n_minus_c > 0 else math.nan, dtype)
-        return var, T.copy(x)
+        return T.full(x.shape, 0.0 if c < 1 else math.nan, dtype), T.copy(x)
     return dslf.var_mean(x, axes, c, keepdim)
 
 
-@register_lowering(aten.var.correction)
-def _var(ctx, x, dim=None, correction=None, keepdim=False):
-    return var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0]
+def _variance(root: bool, with_mean: bool):
+    """var (std with ``root``), alone or with the mean (``with_mean``)."""
+    def rule(ctx, x, dim=None, correction=None, keepdim=False):
+        var, mean = var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0 if with_mean else None))
+        var = dslf.sqrt(var) if root else var
+        return (var, mean) if with_mean else var
+
+    return rule
 
 
-@register_lowering(aten.var_mean.correction)
-def _var_mean(ctx, x, dim=None, correction=None, keepdim=False):
-    return var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
-
-
-@register_lowering(aten.std.correction)
-def _std(ctx, x, dim=None, correction=None, keepdim=False):
-    return dslf.sqrt(var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0])
-
-
-@register_lowering(aten.std_mean.correction)
-def _std_mean(ctx, x, dim=None, correction=None, keepdim=False):
-    var, mean = var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
-    return dslf.sqrt(var), mean
+register_family({aten.var.correction: (False, False), aten.var_mean.correction: (False, True),
+                 aten.std.correction: (True, False), aten.std_mean.correction: (True, True)},
+                lambda flags: _variance(*flags))
 
 
 @register_lowering(aten.var.dim, aten.std.dim)
@@ -182,16 +170,14 @@ def _logsumexp(ctx, x, dim, keepdim=False):
 def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
     x = T.cast(x, ctx.out_dtype() if dtype is None else dt.to_dtype(dtype))
     axes = reduce_axes(x, dim)
-    a = dslf.abs(x)
+    a = T.cast(dslf.apply(Op.NE, x, 0.0), x.dtype) if ord == 0 else dslf.abs(x)  # ord 0 counts nonzeros
     if not axes:
-        return T.copy(T.cast(dslf.apply(Op.NE, x, 0.0), x.dtype) if ord == 0 else a)
+        return T.copy(a)
     if ord == math.inf:
         return dslf.max(a, axes, keepdim)
     if ord == -math.inf:
         return dslf.min(a, axes, keepdim)
-    if ord == 0:
-        return dslf.sum(T.cast(dslf.apply(Op.NE, x, 0.0), x.dtype), axes, keepdim)
-    if ord == 1:
+    if ord in (0, 1):
         return dslf.sum(a, axes, keepdim)
     if ord == 2:
         return dslf.sqrt(dslf.sum(dslf.apply(Op.MUL, a, a), axes, keepdim))

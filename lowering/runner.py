@@ -16,6 +16,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..backends.base import Backend
 from ..ir.index import evaluate
+from ..ir.interpret import strided_view
 from ..pipeline import Tuner, compile_graph
 from ..runtime.compiled import CompiledGraph, InputError, check_tensor, restrided
 from ..core.trees import map_leaves
@@ -63,7 +64,6 @@ class LoweredGraph:
             args[position].copy_(_value(leaf, outs, args, views, env))
         return map_leaves(lambda leaf: _value(leaf, outs, args, views, env), p.outputs)
 
-
     def _check(self, args: list) -> None:
         p = self.program
         if len(args) != p.num_args:
@@ -100,10 +100,7 @@ def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
         return args[leaf.value]
     if leaf.kind is LeafKind.ARG_VIEW:
         position, layout = leaf.value
-        base = fitted[position]
-        sizes = [evaluate(s, env) for s in layout.sizes]
-        strides = [evaluate(s, env) for s in layout.strides]
-        return base.as_strided(sizes, strides, base.storage_offset() + evaluate(layout.offset, env))
+        return strided_view(fitted[position], layout, env)
     if leaf.kind is LeafKind.SIZE:
         return evaluate(leaf.value, env)
     return leaf.value

@@ -12,7 +12,7 @@ import sympy
 import torch
 from torch.utils._sympy import functions as symfn
 
-from ..ir.index import Index, Sym, floordiv, mod
+from ..ir.index import Index, Sym, floordiv, mod, product
 
 
 class SymbolicError(ValueError):
@@ -29,23 +29,14 @@ def sympy_to_index(expr) -> Index:
             raise SymbolicError(f"size symbol {expr.name!r} is not an identifier")
         return Index.of(Sym(expr.name))
     if isinstance(expr, sympy.Add):
-        out = Index.of(0)
-        for a in expr.args:
-            out = out + sympy_to_index(a)
-        return out
+        return sum((sympy_to_index(a) for a in expr.args), Index.of(0))
     if isinstance(expr, sympy.Mul):
-        out = Index.of(1)
-        for a in expr.args:
-            out = out * sympy_to_index(a)
-        return out
+        return product(sympy_to_index(a) for a in expr.args)
     if isinstance(expr, (sympy.Pow, symfn.PowByNatural)):
         base, exp = expr.args
         if not (isinstance(exp, sympy.Integer) and int(exp) >= 0):
             raise SymbolicError(f"size expression {expr} has a non-natural exponent")
-        out = Index.of(1)
-        for _ in range(int(exp)):
-            out = out * sympy_to_index(base)
-        return out
+        return product([sympy_to_index(base)] * int(exp))
     if isinstance(expr, symfn.FloorDiv):
         return floordiv(sympy_to_index(expr.args[0]), sympy_to_index(expr.args[1]))
     if isinstance(expr, (symfn.Mod, symfn.PythonMod)):
@@ -80,17 +71,3 @@ def shape_of(value: torch.Tensor) -> tuple[Index, ...]:
 def strides_of(value: torch.Tensor) -> tuple[Index, ...]:
     """The strides of a (fake) tensor as index expressions."""
     return tuple(to_index(s) for s in value.stride())
-
-
-def bare_symbol(e: Index) -> str | None:
-    """The symbol name if ``e`` is exactly one symbol, else None."""
-    if e.const == 0 and len(e.terms) == 1:
-        (monomial, coeff), = e.terms
-        if coeff == 1 and len(monomial) == 1 and isinstance(monomial[0], Sym):
-            return monomial[0].name
-    return None
-
-
-def symbols_in(e: Index) -> set[str]:
-    """Names of every symbol ``e`` uses."""
-    return {a.name for a in e.atoms() if isinstance(a, Sym)}

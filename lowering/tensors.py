@@ -28,19 +28,9 @@ def iota(shape: Sequence[Index], dim: int, dtype: DType = dt.int64) -> Tensor:
 
 
 def full(shape: Sequence[Index], value, dtype: DType) -> Tensor:
-    """A tensor of ``shape`` filled with ``value`` (a Python scalar or an ``Index``)."""
-    shape = tuple(Index.of(s) for s in shape)
-    if isinstance(value, Index):
-        return Tensor(shape, dtype, PointwiseSrc(Op.CAST, (value,)))
-    return Tensor(shape, dtype, PointwiseSrc(Op.CAST, (_coerce(value, dtype),)))
-
-
-def _coerce(value, dtype: DType):
-    if dtype.is_bool:
-        return bool(value)
-    if dtype.is_float:
-        return float(value)
-    return int(value)
+    """A tensor of ``shape`` filled with ``value`` (a Python scalar, made a constant of ``dtype`` by
+    the graph builder, or an ``Index``)."""
+    return Tensor(tuple(Index.of(s) for s in shape), dtype, PointwiseSrc(Op.CAST, (value,)))
 
 
 def size_value(value: Index, dtype: DType = dt.int64) -> Tensor:
@@ -53,9 +43,7 @@ def copy(x: Tensor) -> Tensor:
     return Tensor(x.shape, x.dtype, PointwiseSrc(Op.CAST, (x,)))
 
 
-def cast(x: Tensor, dtype: DType) -> Tensor:
-    """``x`` converted to ``dtype`` (``x`` itself when it already has it)."""
-    return dslf.cast(x, dtype)
+cast = dslf.cast  # x converted to dtype (x itself when it already has it)
 
 
 # -- views ----------------------------------------------------------------------------------------
@@ -64,9 +52,7 @@ def view(x: Tensor, shape: Sequence[Index], remap, what: str) -> Tensor:
     return Tensor(tuple(Index.of(s) for s in shape), x.dtype, ViewSrc(x, remap, what))
 
 
-def reshape(x: Tensor, shape: Sequence[Index]) -> Tensor:
-    """``x`` in row-major order with ``shape`` (same element count; not re-checked)."""
-    return dslf.reshape_view(x, shape)
+reshape = dslf.reshape_view  # x in row-major order with a shape of the same element count (not re-checked)
 
 
 def relabel(x: Tensor, shape: Sequence[Index]) -> Tensor:
@@ -100,9 +86,7 @@ def squeeze(x: Tensor, dims: Sequence[int]) -> Tensor:
     return view(x, shape, remap, "squeeze")
 
 
-def expand(x: Tensor, shape: Sequence[Index]) -> Tensor:
-    """Broadcast ``x`` to ``shape`` (no copy)."""
-    return dslf.broadcast_to(x, tuple(shape))
+expand = dslf.broadcast_to  # x broadcast to a shape (no copy)
 
 
 def slice_dim(x: Tensor, dim: int, start: Index, step: int, length: Index) -> Tensor:

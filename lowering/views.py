@@ -103,19 +103,15 @@ def _narrow(ctx, x, dim, start, length):
     return T.slice_dim(x, dim, slice_start(start, x.shape[dim], 1), 1, ctx.out_shape()[dim])
 
 
+def position(index, size: Index) -> Index:
+    """A position along a dimension of ``size`` elements (an int counts from the end when negative)."""
+    return size + index if not isinstance(index, Index) and index < 0 else Index.of(index)
+
+
 @register_lowering(aten.select.int)
 def _select(ctx, x, dim, index):
     dim = norm_dim(dim, x.ndim)
-    if not isinstance(index, Index):
-        n = x.shape[dim].as_int()
-        if index < 0:
-            if n is None:
-                index = x.shape[dim] + index
-            else:
-                index = Index.of(index + n)
-        else:
-            index = Index.of(index)
-    return T.select(x, dim, index)
+    return T.select(x, dim, position(index, x.shape[dim]))
 
 
 @register_lowering(aten.split_with_sizes.default, aten.split.Tensor)
@@ -173,8 +169,8 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
     owns = isinstance(x.src, (PlaceholderSrc, PointwiseSrc, ReductionSrc))
     if not owns or not base.is_contiguous() or base.storage_offset() != 0:
         raise Unsupported("as_strided of a view or of a non-contiguous tensor")
-    offset = Index.of(0) if storage_offset is None else _as_index(storage_offset)
-    strides = [_as_index(s) for s in stride]
+    offset = Index.of(storage_offset or 0)
+    strides = [Index.of(s) for s in stride]
     src_shape = x.shape
 
     def remap(idx):
@@ -189,6 +185,3 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
 
     return T.view(x, ctx.out_shape(), remap, "as_strided")
 
-
-def _as_index(v) -> Index:
-    return v if isinstance(v, Index) else Index.of(int(v))

@@ -169,9 +169,8 @@ class Member:
     def reads(self) -> dict[str, set[tuple[Index, ...]]]:
         """Every buffer the node loads, with the indices it loads it at, in kernel variables."""
         out: dict[str, set] = {}
-        for ld in walk(self.node.body):
-            if isinstance(ld, Load):
-                out.setdefault(ld.buffer, set()).add(tuple(i.subs(self.mapping) for i in ld.index))
+        for ld in loads(self.node.body):
+            out.setdefault(ld.buffer, set()).add(tuple(i.subs(self.mapping) for i in ld.index))
         return out
 
 
@@ -223,7 +222,7 @@ def _rebind(members: list[Member], shape: LoopShape) -> list[Member] | None:
 def node_reads(n: Node) -> set[str]:
     if isinstance(n, Extern):
         return extern_buffers(Graph(nodes=[n]))
-    return {x.buffer for x in walk(n.body) if isinstance(x, Load)}
+    return {x.buffer for x in loads(n.body)}
 
 
 def group_nodes(nodes: list[Node]) -> list[Group]:
@@ -234,11 +233,8 @@ def group_nodes(nodes: list[Node]) -> list[Group]:
         placed = None if isinstance(n, Extern) else _try_join(n, groups, owner)
         if placed is None:
             shape = None if isinstance(n, Extern) else loop_shape(n)
-            g = Group(len(groups), shape, [] if shape is None else [place(n, shape)])
-            if shape is None:
-                g.members.append(Member(n, {}, False))
-            groups.append(g)
-            placed = g
+            placed = Group(len(groups), shape, [Member(n, {}, False) if shape is None else place(n, shape)])
+            groups.append(placed)
         for o in n.outputs:
             owner[o] = placed
     return groups

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from ..ir.expr import Apply, Expr, Load, walk
 from ..ir.hashing import structural_digest
-from ..ir.index import Index, Sym, product
+from ..ir.index import Index, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
 from ..ir.printer import Printer
 
@@ -39,10 +39,6 @@ class Kernel:
     row_stores: list[KStore]
     nodes: list[str]
     buffers: dict[str, Buffer] = field(repr=False, default_factory=dict)
-
-    @property
-    def is_reduction(self) -> bool:
-        return bool(self.reductions)
 
     @property
     def num_phases(self) -> int:
@@ -101,11 +97,7 @@ class Kernel:
 
     def bytes_moved(self) -> Index:
         """Each input read once plus each output written once, in bytes."""
-        total = Index.of(0)
-        for name in set(self.inputs) | set(self.outputs):
-            b = self.buffers[name]
-            total = total + b.layout.numel * b.dtype.itemsize
-        return total
+        return sum((self.buffers[n].nbytes for n in set(self.inputs) | set(self.outputs)), Index.of(0))
 
     def flops(self) -> Index:
         """Scalar ops executed (a rough count: one per Apply per point of its loop)."""
@@ -136,11 +128,9 @@ class KernelSignature:
 def signature(kernel: Kernel) -> KernelSignature:
     """Buffers (inputs then outputs) and symbolic sizes a kernel takes."""
     bufs = list(dict.fromkeys(kernel.inputs + kernel.outputs))
-    syms: set[str] = set()
+    exprs = list(kernel.pdomain + kernel.rdomain)
     for name in bufs:
         lay = kernel.buffers[name].layout
-        for e in lay.sizes + lay.strides + (lay.offset,):
-            syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
-    for e in kernel.pdomain + kernel.rdomain:
-        syms |= {a.name for a in e.atoms() if isinstance(a, Sym)}
+        exprs += lay.sizes + lay.strides + (lay.offset,)
+    syms = {n for e in exprs for n in symbols_in(e)}
     return KernelSignature(tuple(bufs), tuple(sorted(syms)))

@@ -34,11 +34,6 @@ class MemoryPlan:
         return sum(self.buffer_bytes.values(), Index.of(0))
 
 
-def nbytes(b: Buffer) -> Index:
-    """Bytes of a contiguous buffer."""
-    return b.layout.numel * b.dtype.itemsize
-
-
 def plan_memory(steps: list, intermediates: list[str], buffers: dict[str, Buffer]) -> MemoryPlan:
     """Assign the intermediates stored by kernels to reusable slots."""
     extern_outs = {o for s in steps if isinstance(s, Extern) for o in s.outs}
@@ -53,7 +48,7 @@ def plan_memory(steps: list, intermediates: list[str], buffers: dict[str, Buffer
         for b in _written(step):
             if b not in last_use:
                 continue
-            size = nbytes(buffers[b])
+            size = buffers[b].nbytes
             plan.buffer_bytes[b] = size
             slot = _best_fit(free, plan.slots, size)
             if slot is None:

@@ -1,7 +1,6 @@
 """The schedule of a graph: kernels and extern calls in order, and which buffers need memory."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from ..ir.nodes import Buffer, BufferKind, Extern, Graph
@@ -37,14 +36,10 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True) -> Schedule:
     groups = group_nodes(nodes)
     outputs = {o.buffer for o in graph.outputs}
     externs_read = extern_buffers(graph)
-    reads_by_group: dict[int, set[str]] = {}
-    for g in groups:
-        reads_by_group[g.index] = set()
-        for n in g.nodes:
-            reads_by_group[g.index] |= node_reads(n)
+    reads_by_group = {g.index: set().union(*(node_reads(n) for n in g.nodes)) for g in groups}
     steps: list[Step] = []
     stored: set[str] = set()
-    kernel_count = Counter()
+    kernel_count = 0
     for g in groups:
         if g.shape is None:
             steps.append(g.nodes[0])
@@ -55,9 +50,8 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True) -> Schedule:
         needed = {b for b in produced if b in outputs or b in externs_read or b in read_elsewhere}
         if not needed:
             continue  # dead code
-        k = kernel_count[name]
-        kernel_count[name] += 1
-        kernel = build_kernel(g, graph, needed, f"ln_{name}_{k}")
+        kernel = build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")
+        kernel_count += 1
         steps.append(kernel)
         stored |= set(kernel.outputs)
     intermediates = sorted(b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE)
