@@ -1,4 +1,7 @@
-"""The C++ backend's build cache, concurrency safety, error reporting and generated code."""
+"""The C++ backend's build cache, concurrency safety, error reporting and generated code.
+
+Correctness shared with the Triton backend is in tests/test_backends.py.
+"""
 import subprocess
 import sys
 import textwrap
@@ -10,9 +13,7 @@ import torch
 import loopnest as ln
 from loopnest.backends.cpp import compile as cc
 from loopnest.backends.cpp.backend import CppBackend
-from loopnest.dsl.build import GraphBuilder
-from loopnest.ir.nodes import Layout
-from loopnest.scheduler import schedule
+from test_backends import kernels_of, softmax
 
 SOFTMAX_PROGRAM = textwrap.dedent("""
     import torch, loopnest as ln
@@ -64,16 +65,10 @@ def test_compiler_error_names_the_generated_source():
         cc.build("this is not C++ " + uuid.uuid4().hex)
 
 
-def _softmax_kernel(shape=(32, 128)):
-    x = ln.placeholder("x", shape, ln.float32)
-    e = ln.exp(x - ln.max(x, 1, keepdim=True))
-    y = e / ln.sum(e, 1, keepdim=True)
-    graph = GraphBuilder({"x": Layout.contiguous(x.shape)}).build([x], [y])
-    return schedule(graph, "softmax").kernels[0]
-
-
 def test_generated_code_is_parallel_and_vectorizable():
-    src = CppBackend().codegen(_softmax_kernel(), CppBackend().default_config(None))
+    x = ln.placeholder("x", (32, 128), ln.float32)
+    (kernel,) = kernels_of([softmax(x)], [x], "softmax")
+    src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
     assert "#pragma omp parallel for" in src
     assert "#pragma omp simd reduction(+:acc1)" in src
     assert "__restrict__" in src
@@ -82,8 +77,7 @@ def test_generated_code_is_parallel_and_vectorizable():
 
 def test_full_reduction_uses_thread_partials():
     x = ln.placeholder("x", (1000,), ln.float32)
-    graph = GraphBuilder({"x": Layout.contiguous(x.shape)}).build([x], [ln.max(abs(x))])
-    (kernel,) = schedule(graph).kernels
+    (kernel,) = kernels_of([ln.max(abs(x))], [x])
     src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
     assert "omp_get_thread_num" in src and "#pragma omp critical" in src
     a = torch.randn(1000)
@@ -111,8 +105,7 @@ def test_copy_of_a_cast_rounds_once():
     from loopnest.lowering.tensors import copy
     x = ln.placeholder("x", (4, 64), ln.float32)
     b = copy(ln.cast(x * 3.0, ln.bfloat16))
-    graph = GraphBuilder({"x": Layout.contiguous(x.shape)}).build([x], [b * b])
-    (kernel,) = schedule(graph).kernels
+    (kernel,) = kernels_of([b * b], [x])
     assert "cast(cast(" not in kernel.text() and "cast(" in kernel.text()
     a = torch.randn(4, 64)
     want = (a * 3.0).to(torch.bfloat16) * (a * 3.0).to(torch.bfloat16)

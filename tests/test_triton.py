@@ -22,14 +22,13 @@ from loopnest.backends.triton import settings as triton_settings
 from loopnest.backends.triton.compile import compile_ahead, load_module
 from loopnest.backends.triton.indexing import transposed_split
 from loopnest.backends.triton.launch import static_kernel, static_launcher_class
-from loopnest.backends.triton.params import TritonConfig, next_pow2
+from loopnest.backends.triton.params import Strategy, TritonConfig, next_pow2
 from loopnest.core import settings
 from loopnest.dsl.functions import apply
 from loopnest.ir.index import product
 from loopnest.ir.ops import Op
 from loopnest.pipeline import compile_graph
 from loopnest.scheduler import schedule
-from loopnest.backends.triton.params import Strategy
 from test_backends import (CASES, KERNEL_SPREAD, REDUCTION_CASES, check_outputs, kernels_of, softmax,
                            spread_kernels)
 
@@ -179,6 +178,7 @@ def test_persistent_config_rejects_longer_rows_at_run_time():
         compiled(rand(3, 9))
 
 
+@pytest.mark.skipif(not INTERPRET, reason="a failed device assert leaves the CUDA context unusable")
 def test_gather_bounds_check_in_debug_mode():
     x = ln.placeholder("x", (4, 8), ln.float32)
     idx = ln.placeholder("idx", (4, 3), ln.int64)
