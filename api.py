@@ -37,6 +37,9 @@ def compile_options(backend: str | None = None, tune: str = "db", tuning: dict |
     DB lacks); ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
     if backend is not None and backend not in registry.names():
         raise ValueError(f"loopnest: backend must be one of {registry.names()}, got {backend!r}")
+    if backend == "triton" and not settings.current().triton_interpret and not torch.cuda.is_available():
+        raise ValueError("loopnest: backend 'triton' needs a CUDA GPU and none is visible; set TRITON_INTERPRET=1 "
+                         "to run Triton kernels on the CPU in Triton's interpreter (slow: for tests)")
     if tuning is not None and not isinstance(tuning, (dict, TuneSettings)):
         raise TypeError(f"loopnest: tuning must be a dict of TuneSettings fields, got {tuning!r}")
     settings = TuneSettings(**tuning) if isinstance(tuning, dict) else tuning

@@ -97,6 +97,9 @@ class SearchSpace:
         """A config from stored JSON that must be a valid point of this space, else ValueError."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a stored config must be an object, got {type(data).__name__}")
+        missing = sorted({k.name for k in self.knobs} - set(data))
+        if missing:  # a stored config is complete: defaults filled in would pass it off as measured
+            raise ValueError(f"{self.kind} config {dict(data)} lacks {', '.join(missing)}")
         try:
             config = self.from_json(dict(data))
         except (TypeError, ValueError) as exc:

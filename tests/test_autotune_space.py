@@ -133,3 +133,10 @@ def test_knob_rejects_repeated_or_missing_choices():
         Knob("x", ())
     with pytest.raises(ValueError):
         Knob("x", (1, 1))
+
+
+def test_an_empty_or_partial_stored_config_is_rejected_not_filled_with_defaults():
+    space = cpp_space(kernel_of(WELFORD_ROWS, (64, 96)), CPU2)
+    for partial in ({}, {"threads": 1}):
+        with pytest.raises(ValueError, match="lacks"):
+            space.validate(partial)

@@ -178,3 +178,9 @@ def test_usage_errors_exit_2(capsys):
         main(["db"])
     assert exc.value.code == 2
     assert main(["sweep", "no_such_workload", "--db", "sqlite://"]) == 2
+
+
+def test_best_of_an_unknown_name_or_hash_is_a_miss_with_exit_0(swept, capsys):
+    for ident in ("no-such-kernel/ln_fx_0", "0123456789abcdef0123"):
+        code, out = run(capsys, "db", "best", ident, "--sizes", "8x8", "--db", swept[0], "--format", "json")
+        assert code == 0 and [r["kind"] for r in json.loads(out)] == ["miss"]

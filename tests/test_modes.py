@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from loopnest.api import compile_options
+from loopnest.core import settings
 from loopnest.db.api import TrialState, TuningDB
 
 
@@ -68,3 +70,9 @@ def test_cuda_inference_graphs_replay_as_cuda_graphs(fresh_db, mode):
         for _ in range(3):  # warm-up, capture, replay
             torch.testing.assert_close(fn(x), softmax(x))
     assert seen
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without a GPU")
+def test_triton_without_a_gpu_names_the_interpreter():
+    with settings.scope(triton_interpret=False), pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        compile_options(backend="triton")
