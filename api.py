@@ -42,9 +42,9 @@ def compile_options(backend: str | None = None, tune: str = "db", tuning: dict |
                          "to run Triton kernels on the CPU in Triton's interpreter (slow: for tests)")
     if tuning is not None and not isinstance(tuning, (dict, TuneSettings)):
         raise TypeError(f"loopnest: tuning must be a dict of TuneSettings fields, got {tuning!r}")
-    settings = TuneSettings(**tuning) if isinstance(tuning, dict) else tuning
+    tune_settings = TuneSettings(**tuning) if isinstance(tuning, dict) else tuning
     try:
-        tuner = tuner_for(tune, settings)
+        tuner = tuner_for(tune, tune_settings)
     except ValueError as exc:
         raise ValueError(f"loopnest: {exc}") from None
     return CompileOptions(backend=registry.get(backend) if backend else None, tuner=tuner, recorder=recorder,
