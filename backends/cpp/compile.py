@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import subprocess
 import tempfile
@@ -13,6 +14,8 @@ from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
 from .ops import has_libmvec
+
+log = logging.getLogger("loopnest")
 
 # -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no -ffast-math).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno") + (
@@ -40,16 +43,32 @@ def library_path(source: str, cxx: str) -> Path:
     return settings.cache_dir("cpp") / key[:2] / f"{key}.so"
 
 
+def _digest_path(path: Path) -> Path:
+    return path.with_suffix(".sha256")
+
+
+def intact(path: Path) -> bool:
+    """True if the library at ``path`` matches the checksum stored beside it when it was built."""
+    try:
+        return _digest_path(path).read_text().strip() == hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return False
+
+
 def build(source: str, timeout: float | None = None) -> Path:
-    """Compile ``source`` unless cached; atomic, so concurrent builders never see a torn file.
+    """Compile ``source`` unless a cached library with a matching checksum exists; atomic, so
+    concurrent builders never see a torn file. A cached library that does not match its checksum
+    (truncated, corrupted, swapped) is rebuilt with a warning, never loaded.
 
     ``timeout`` (seconds) kills a g++ that runs longer and raises ``CompileTimeout``.
     """
     cxx = settings.current().cxx
     path = library_path(source, cxx)
     if path.exists():
-        counters["code_cache_hits"] += 1
-        return path
+        if intact(path):
+            counters["code_cache_hits"] += 1
+            return path
+        log.warning("loopnest: cached library %s does not match its checksum; rebuilding it", path)
     path.parent.mkdir(parents=True, exist_ok=True)
     src_path = atomic_write(path.with_suffix(".cpp"), source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
@@ -62,6 +81,7 @@ def build(source: str, timeout: float | None = None) -> Path:
             raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
         if proc.returncode != 0:
             raise CompileError(f"{cxx} failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
+        atomic_write(_digest_path(path), hashlib.sha256(Path(tmp).read_bytes()).hexdigest() + "\n")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -71,5 +91,7 @@ def build(source: str, timeout: float | None = None) -> Path:
 
 
 def load(path: Path) -> ctypes.CDLL:
-    """Load a built library."""
+    """Load a library ``build`` made, after checking it against its checksum once more."""
+    if not intact(path):
+        raise CompileError(f"refusing to load {path}: it does not match its checksum (changed since it was built)")
     return ctypes.CDLL(str(path))

@@ -1,0 +1,119 @@
+"""Resident memory of repeated training steps under torch.compile(backend="loopnest"), on the CPU.
+
+For each case: three warm-up steps (compiles included), then ``--steps`` steps, each a forward
+pass and a backward pass; it prints the resident set after warm-up, its peak over the steps, the
+growth per step (peak over warm-up, divided by the steps) and one step's own buffers for scale.
+A run that passes ``--stop-gb`` of resident memory stops early and says so. With ``--other PATH``
+(a folder holding another `loopnest` package folder) the same cases run there too, side by side.
+Each checkout runs in its own process, with glibc's default allocator settings (users run so).
+
+    python bench/training_memory.py --steps 100 [--other /tmp/old]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, torch, torch.nn.functional as F, psutil
+from torch import nn
+try:
+    from loopnest.api import loopnest_backend
+except ImportError:  # revisions before loopnest.api
+    from loopnest.lowering.dynamo import loopnest_backend
+steps, stop = int(sys.argv[1]), float(sys.argv[2]) * 2**30
+torch.manual_seed(0)
+
+
+def ce(x, t):
+    return F.cross_entropy(x.float(), t)
+
+
+def block():
+    layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0, batch_first=True)
+    return layer, (torch.randn(8, 128, 256, requires_grad=True),)
+
+
+CASES = {
+    "cross_entropy 256x32000 f32": lambda: (ce, (torch.randn(256, 32000, requires_grad=True),
+                                                 torch.randint(0, 32000, (256,)))),
+    "cross_entropy 512x128256 bf16": lambda: (ce, (torch.randn(512, 128256, dtype=torch.bfloat16,
+                                                               requires_grad=True), torch.randint(0, 128256, (512,)))),
+    "softmax 2048x2048": lambda: (lambda x: torch.softmax(x, -1), (torch.randn(2048, 2048, requires_grad=True),)),
+    "layernorm 2048x2048": lambda: (lambda x, w, b: F.layer_norm(x, (2048,), w, b),
+                                    (torch.randn(2048, 2048, requires_grad=True), torch.randn(2048, requires_grad=True),
+                                     torch.randn(2048, requires_grad=True))),
+    "transformer block 8x128x256": block,
+}
+proc, out = psutil.Process(), {}
+for name, make in CASES.items():
+    fn, inputs = make()
+    params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
+    step_bytes = sum(t.numel() * t.element_size() for t in inputs) * 3  # inputs, gradients, outputs
+    compiled = torch.compile(fn, backend=loopnest_backend, options={"backend": "cpp", "tune": "off"})
+
+    def step():
+        y = compiled(*inputs)
+        (y if y.dim() == 0 else y.square().mean()).backward()
+        for t in list(inputs) + params:
+            t.grad = None
+
+    for _ in range(3):
+        step()
+    start = peak = proc.memory_info().rss
+    done = 0
+    while done < steps and peak < stop:
+        step()
+        done += 1
+        peak = max(peak, proc.memory_info().rss)
+    out[name] = {"start_mb": start / 2**20, "peak_mb": peak / 2**20, "steps": done,
+                 "growth_mb": (peak - start) / 2**20 / max(done, 1), "step_mb": step_bytes / 2**20}
+    del fn, inputs, compiled
+    torch._dynamo.reset()
+print(json.dumps(out))
+"""
+
+
+def run_checkout(path: Path | None, steps: int, stop_gb: float) -> dict:
+    """The measurements of one checkout (None: this one), in a new process."""
+    env = {**os.environ, "LOOPNEST_CACHE_DIR": tempfile.mkdtemp(prefix="ln-memory-")}
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(stop_gb)], env=env, capture_output=True,
+                          text=True, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cell(r: dict, steps: int) -> str:
+    stopped = f" (stopped after {r['steps']} steps)" if r["steps"] < steps else ""
+    return f"{r['start_mb']:.0f} | {r['peak_mb']:.0f} | {r['growth_mb']:.1f}{stopped}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--stop-gb", type=float, default=12.0)
+    parser.add_argument("--other", type=Path, help="folder holding another `loopnest` package folder")
+    opts = parser.parse_args()
+    runs = {"this": run_checkout(None, opts.steps, opts.stop_gb)}
+    if opts.other:
+        runs["other"] = run_checkout(opts.other, opts.steps, opts.stop_gb)
+    head = " | ".join(f"{k} start MB | {k} peak MB | {k} growth MB/step" for k in runs)
+    print(f"| case | one step's buffers MB | {head} |")
+    print("|---|---|" + "---|" * (3 * len(runs)))
+    for name, r in runs["this"].items():
+        print(f"| {name} | {r['step_mb']:.0f} | " + " | ".join(cell(run[name], opts.steps) for run in runs.values())
+              + " |")
+
+
+if __name__ == "__main__":
+    main()
