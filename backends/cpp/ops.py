@@ -139,6 +139,7 @@ PRELUDE = r"""
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <omp.h>
 
 static inline float ln_bf16_to_f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
@@ -156,8 +157,12 @@ template <class T> static inline T ln_sign(T a) { return (T)((a > 0) - (a < 0));
 template <class T> static inline bool ln_isinf(T a) { return std::isinf(a); }
 template <class T> static inline T ln_rsqrt(T a) { return (T)1 / std::sqrt(a); }
 template <class T> static inline T ln_sigmoid(T a) { return (T)1 / ((T)1 + std::exp(-a)); }
+template <class T> static inline bool ln_minus_one(T b) {  // x / -1 traps at the minimum on x86
+  if constexpr (std::is_signed_v<T>) return b == -1; else return false;
+}
 template <class T> static inline T ln_floordiv(T a, T b) {
   if (b == 0) return 0;
+  if (ln_minus_one(b)) return (T)(0 - (std::make_unsigned_t<T>)a);  // wraps at the minimum, as eager
   T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q;
 }
 static inline float ln_floordiv(float a, float b) {
@@ -172,10 +177,10 @@ static inline double ln_floordiv(double a, double b) {
   if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
   double f = std::floor(d); if (d - f > 0.5) f += 1; return d == 0 ? std::copysign(0.0, a / b) : f;
 }
-template <class T> static inline T ln_mod(T a, T b) { if (b == 0) return 0; T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+template <class T> static inline T ln_mod(T a, T b) { if (b == 0 || ln_minus_one(b)) return 0; T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 static inline float ln_mod(float a, float b) { float r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 static inline double ln_mod(double a, double b) { double r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-template <class T> static inline T ln_fmod(T a, T b) { return b == 0 ? 0 : a % b; }
+template <class T> static inline T ln_fmod(T a, T b) { return b == 0 || ln_minus_one(b) ? 0 : a % b; }
 static inline float ln_fmod(float a, float b) { return std::fmod(a, b); }
 static inline double ln_fmod(double a, double b) { return std::fmod(a, b); }
 template <class T> static inline T ln_pow(T a, T b) {
