@@ -129,20 +129,15 @@ class TuningDB:
         query = query.join(Hardware, Trial.hardware_id == Hardware.id).order_by(Trial.id)
         if key is not None:
             query = query.where(*_key_filter(Trial, key))
-        if study is not None:
-            query = query.where(Trial.study == study)
-        if state is not None:
-            query = query.where(Trial.state == TrialState(state))
+        state = None if state is None else TrialState(state)
+        query = _where_given(query, (Trial.study, study), (Trial.state, state))
         with self.session(write=False) as s:
             return [_trial_record(t, k, h) for t, k, h in s.execute(query)]
 
     def fail_running_trials(self, study: str | None = None, host: str | None = None) -> int:
         """Mark trials left ``running`` (by a crashed worker) runtime_error "interrupted"."""
         stmt = update(Trial).where(Trial.state == TrialState.RUNNING)
-        if study is not None:
-            stmt = stmt.where(Trial.study == study)
-        if host is not None:
-            stmt = stmt.where(Trial.host == host)
+        stmt = _where_given(stmt, (Trial.study, study), (Trial.host, host))
         with self.session() as s:
             result = s.execute(stmt.values(state=TrialState.RUNTIME_ERROR, message="interrupted"))
             return result.rowcount
@@ -195,16 +190,9 @@ class TuningDB:
                 hardware: HardwareInfo | str | None = None, name: str | None = None,
                 stale: bool | None = None) -> list[WinnerRecord]:
         """Winners matching every given filter (``hardware``: info or fingerprint)."""
-        query = _winner_query()
-        if kernel_hash is not None:
-            query = query.where(Kernel.structural_hash == kernel_hash)
-        if backend is not None:
-            query = query.where(Kernel.backend == backend)
-        if hardware is not None:
-            fingerprint = hardware.fingerprint if isinstance(hardware, HardwareInfo) else hardware
-            query = query.where(Hardware.fingerprint == fingerprint)
-        if name is not None:
-            query = query.where(Kernel.name == name)
+        fingerprint = hardware.fingerprint if isinstance(hardware, HardwareInfo) else hardware
+        query = _where_given(_winner_query(), (Kernel.structural_hash, kernel_hash), (Kernel.backend, backend),
+                             (Hardware.fingerprint, fingerprint), (Kernel.name, name))
         if stale is not None:
             query = query.where(Winner.stale.is_(stale))
         with self.session(write=False) as s:
@@ -258,6 +246,11 @@ def _ensure_hardware(s: Session, hw: HardwareInfo) -> int:
 
 def _kernel_filter(kernel_hash: str, backend: str) -> tuple[ColumnElement[bool], ...]:
     return Kernel.structural_hash == kernel_hash, Kernel.backend == backend
+
+
+def _where_given(stmt: Any, *filters: tuple[Any, Any]) -> Any:
+    """``stmt`` restricted to ``column == value`` for each (column, value) whose value is not None."""
+    return stmt.where(*(column == value for column, value in filters if value is not None))
 
 
 def _key_ids(s: Session, key: TuningKey) -> tuple[int, int]:
@@ -382,16 +375,12 @@ def _winner_query() -> Select[tuple[Winner, Kernel, Hardware]]:
     )
 
 
-def _hardware_info(h: Hardware) -> HardwareInfo:
-    return HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes)
-
-
 def _winner_record(w: Winner, k: Kernel, h: Hardware) -> WinnerRecord:
     return WinnerRecord(
         kernel_hash=k.structural_hash, name=k.name, backend=k.backend, sizes=tuple(w.sizes),
-        dtypes=tuple(w.dtypes), hardware=_hardware_info(h), config=w.config, time_us=w.time_us,
-        default_time_us=w.default_time_us, software=w.software, stale=w.stale,
-        trial_id=w.trial_id, updated_at=w.updated_at,
+        dtypes=tuple(w.dtypes), hardware=HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes),
+        config=w.config, time_us=w.time_us, default_time_us=w.default_time_us, software=w.software,
+        stale=w.stale, trial_id=w.trial_id, updated_at=w.updated_at,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,16 +24,6 @@ class LookupKind(enum.StrEnum):
     STALE = "stale"  # same key, other software or codegen: a warm start, re-measure
     NEAREST = "nearest"  # same kernel/hardware/dtypes/rank, other sizes: a warm start
     MISS = "miss"
-
-
-def sizes_key(sizes: Sequence[int]) -> str:
-    """Canonical text of a size tuple, e.g. ``(8192, 2048) -> "8192x2048"``."""
-    return "x".join(str(s) for s in sizes)
-
-
-def dtypes_key(dtypes: Sequence[str]) -> str:
-    """Canonical text of a dtype tuple, e.g. ``("float32", "int64") -> "float32,int64"``."""
-    return ",".join(dtypes)
 
 
 def json_object(value: Any, what: str) -> dict[str, Any]:
@@ -79,13 +69,13 @@ class TuningKey:
 
     @property
     def sizes_key(self) -> str:
-        """Canonical size text stored in the unique key."""
-        return sizes_key(self.sizes)
+        """Canonical size text stored in the unique key, e.g. ``(8192, 2048) -> "8192x2048"``."""
+        return "x".join(str(s) for s in self.sizes)
 
     @property
     def dtypes_key(self) -> str:
-        """Canonical dtype text stored in the unique key."""
-        return dtypes_key(self.dtypes)
+        """Canonical dtype text stored in the unique key, e.g. ``"float32,int64"``."""
+        return ",".join(self.dtypes)
 
 
 @dataclass(frozen=True)
