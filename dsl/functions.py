@@ -8,7 +8,7 @@ from typing import Sequence
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index, floordiv, mod, product
-from ..ir.ops import FLOAT_ONLY, INT_ONLY, LOGICAL, PREDICATES, Op, ReduceOp
+from ..ir.ops import COMPARISONS, FLOAT_ONLY, INT_ONLY, LOGICAL, PREDICATES, Op, ReduceOp
 from .tensor import (GatherSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc, _counter,
                      normalize_axis, shape_str, to_size)
 
@@ -115,40 +115,26 @@ def _power_by_multiplication(base: Tensor, exponent: int) -> Tensor:
     return result
 
 
-def _unary(op: Op):
-    def fn(x):
-        return apply(op, x)
-
-    fn.__name__ = op.name.lower()
-    fn.__doc__ = f"Elementwise {op.doc}."
+def _elementwise(op: Op):
+    """``fn(x)`` or ``fn(x, y)`` applying ``op``, documented by the op's semantics."""
+    fn = (lambda x: apply(op, x)) if op.arity == 1 else (lambda x, y: apply(op, x, y))
+    fn.__name__, fn.__doc__ = op.name.lower(), f"Elementwise {op.doc}."
     return fn
 
 
-abs = _unary(Op.ABS)  # noqa: A001 - mirrors torch/numpy naming on purpose
-exp = _unary(Op.EXP)
-log = _unary(Op.LOG)
-sqrt = _unary(Op.SQRT)
-rsqrt = _unary(Op.RSQRT)
-sin = _unary(Op.SIN)
-cos = _unary(Op.COS)
-tanh = _unary(Op.TANH)
-sigmoid = _unary(Op.SIGMOID)
-erf = _unary(Op.ERF)
-
-
-def pow(x, y) -> Tensor:  # noqa: A001
-    """Elementwise ``x ** y``."""
-    return apply(Op.POW, x, y)
-
-
-def maximum(x, y) -> Tensor:
-    """Elementwise max; NaN if either is NaN."""
-    return apply(Op.MAXIMUM, x, y)
-
-
-def minimum(x, y) -> Tensor:
-    """Elementwise min; NaN if either is NaN."""
-    return apply(Op.MINIMUM, x, y)
+abs = _elementwise(Op.ABS)  # noqa: A001 - mirrors torch/numpy naming on purpose
+exp = _elementwise(Op.EXP)
+log = _elementwise(Op.LOG)
+sqrt = _elementwise(Op.SQRT)
+rsqrt = _elementwise(Op.RSQRT)
+sin = _elementwise(Op.SIN)
+cos = _elementwise(Op.COS)
+tanh = _elementwise(Op.TANH)
+sigmoid = _elementwise(Op.SIGMOID)
+erf = _elementwise(Op.ERF)
+pow = _elementwise(Op.POW)  # noqa: A001
+maximum = _elementwise(Op.MAXIMUM)
+minimum = _elementwise(Op.MINIMUM)
 
 
 def where(cond, x, y) -> Tensor:
@@ -442,20 +428,12 @@ def _invert(self: Tensor) -> Tensor:
     return apply(Op.NOT if self.dtype.is_bool else Op.BITNOT, self)
 
 
+_ARITHMETIC = (Op.ADD, Op.SUB, Op.MUL, Op.TRUEDIV, Op.FLOORDIV, Op.MOD, Op.POW)  # __add__, __radd__, ...
+_BOOL_OR_BITS = {"and": (Op.AND, Op.BITAND), "or": (Op.OR, Op.BITOR), "xor": (Op.XOR, Op.BITXOR)}
 _OPERATORS = {
-    "__add__": _binary(Op.ADD), "__radd__": _binary(Op.ADD, True),
-    "__sub__": _binary(Op.SUB), "__rsub__": _binary(Op.SUB, True),
-    "__mul__": _binary(Op.MUL), "__rmul__": _binary(Op.MUL, True),
-    "__truediv__": _binary(Op.TRUEDIV), "__rtruediv__": _binary(Op.TRUEDIV, True),
-    "__floordiv__": _binary(Op.FLOORDIV), "__rfloordiv__": _binary(Op.FLOORDIV, True),
-    "__mod__": _binary(Op.MOD), "__rmod__": _binary(Op.MOD, True),
-    "__pow__": _binary(Op.POW), "__rpow__": _binary(Op.POW, True),
-    "__lt__": _binary(Op.LT), "__le__": _binary(Op.LE),
-    "__gt__": _binary(Op.GT), "__ge__": _binary(Op.GE),
-    "__eq__": _binary(Op.EQ), "__ne__": _binary(Op.NE),
-    "__and__": _bool_or_bits(Op.AND, Op.BITAND), "__rand__": _bool_or_bits(Op.AND, Op.BITAND),
-    "__or__": _bool_or_bits(Op.OR, Op.BITOR), "__ror__": _bool_or_bits(Op.OR, Op.BITOR),
-    "__xor__": _bool_or_bits(Op.XOR, Op.BITXOR), "__rxor__": _bool_or_bits(Op.XOR, Op.BITXOR),
+    **{f"__{op.name.lower()}__": _binary(op) for op in _ARITHMETIC + tuple(COMPARISONS)},
+    **{f"__r{op.name.lower()}__": _binary(op, True) for op in _ARITHMETIC},
+    **{f"__{r}{name}__": _bool_or_bits(*ops) for name, ops in _BOOL_OR_BITS.items() for r in ("", "r")},
     "__neg__": lambda self: apply(Op.NEG, self),
     "__abs__": lambda self: apply(Op.ABS, self),
     "__invert__": _invert,

@@ -26,11 +26,9 @@ def to_size(s) -> Index:
         if not s.isidentifier():
             raise ValueError(f"symbolic size {s!r} must be an identifier")
         return Index.of(Sym(s))
-    if isinstance(s, bool):
-        raise TypeError(f"size must be an int or a name, got {s!r}")
     if isinstance(s, Index):
         return s
-    if hasattr(s, "__index__"):
+    if hasattr(s, "__index__") and not isinstance(s, bool):
         n = int(s)
         if n < 0:
             raise ValueError(f"size must be >= 0, got {n}")

@@ -71,9 +71,7 @@ def to_dtype(dtype: DType | torch.dtype | str) -> DType:
     """Normalize an IR dtype, a torch dtype or a dtype name to an IR dtype."""
     if isinstance(dtype, DType):
         return dtype
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _FROM_TORCH:
-            raise TypeError(f"unsupported dtype {dtype}; loopnest supports {', '.join(BY_NAME)}")
+    if isinstance(dtype, torch.dtype) and dtype in _FROM_TORCH:
         return _FROM_TORCH[dtype]
     if isinstance(dtype, str) and dtype in BY_NAME:
         return BY_NAME[dtype]

@@ -184,17 +184,18 @@ def rewrite(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | None
     return visit(root)
 
 
-def _rebuild(node: Expr, visit: Callable[[Expr], Expr]) -> Expr:
+def _rebuild(node: Expr, visit: Callable[[Expr], Expr], mapping: dict | None = None) -> Expr:
+    """``node`` with rewritten children, and ``mapping`` substituted in its indices."""
     # identity, not equality: comparing equal but distinct subtrees would walk them again
     if isinstance(node, Apply):
         args = tuple(visit(a) for a in node.args)
         same = all(a is b for a, b in zip(args, node.args))
         return node if same else Apply(node.op, args, node.dtype)
     if isinstance(node, Load):
-        index = tuple(map_indirect(i, visit) for i in node.index)
+        index = tuple(map_indirect(i, visit).subs(mapping) for i in node.index)
         return node if index == node.index else Load(node.buffer, index, node.dtype)
     if isinstance(node, IndexValue):
-        index = map_indirect(node.index, visit)
+        index = map_indirect(node.index, visit).subs(mapping)
         return node if index == node.index else IndexValue(index, node.dtype)
     return node
 
@@ -212,17 +213,7 @@ def map_indirect(index: Index, fn: Callable[[Expr], Expr]) -> Index:
 
 def substitute_vars(root: Expr, mapping: dict, memo: dict | None = None) -> Expr:
     """Replace loop variables (``Var`` atoms) in every index of ``root``."""
-
-    def fn(node: Expr, visit):
-        if isinstance(node, Load):
-            index = tuple(map_indirect(i, visit).subs(mapping) for i in node.index)
-            return node if index == node.index else Load(node.buffer, index, node.dtype)
-        if isinstance(node, IndexValue):
-            index = map_indirect(node.index, visit).subs(mapping)
-            return node if index == node.index else IndexValue(index, node.dtype)
-        return None
-
-    return rewrite(root, fn, memo)
+    return rewrite(root, lambda node, visit: _rebuild(node, visit, mapping), memo)
 
 
 def format_expr(root: Expr, buf: Callable[[str], str] = str, index: Callable[[Index], str] = str) -> str:

@@ -61,9 +61,7 @@ class Layout:
 
     def stride_pattern(self) -> tuple:
         """Size-free description of the layout: order of strides, broadcast and unit dims."""
-        kinds = []
-        for s, n in zip(self.strides, self.sizes):
-            kinds.append("1" if n == 1 else ("b" if s == 0 else "s"))
+        kinds = ["1" if n == 1 else ("b" if s == 0 else "s") for s, n in zip(self.strides, self.sizes)]
         moving = [k for k in range(self.rank) if kinds[k] == "s"]
         order = sorted(moving, key=lambda k: _stride_sort_key(self.strides[k]), reverse=True)
         contiguous_tail = bool(order) and self.strides[order[-1]] == 1
@@ -192,11 +190,7 @@ class KStore:
 def interleave(kept: Sequence, reduced: Sequence, axes: Sequence[int]) -> tuple:
     """Merge ``kept`` and ``reduced`` items into one tuple, ``reduced[k]`` landing at ``axes[k]``."""
     it_kept, it_red = iter(kept), iter(reduced)
-    where = {a: k for k, a in enumerate(axes)}
-    out = []
-    for pos in range(len(kept) + len(reduced)):
-        out.append(next(it_red) if pos in where else next(it_kept))
-    return tuple(out)
+    return tuple(next(it_red) if pos in axes else next(it_kept) for pos in range(len(kept) + len(reduced)))
 
 
 @dataclass(eq=False)

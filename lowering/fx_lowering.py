@@ -140,17 +140,15 @@ class FxLowering:
         if target in _IGNORED:
             return None
         val = node.meta.get("val")
-        if isinstance(target, HigherOrderOperator) and not _is_scalar(val):
-            reason = f"higher-order op {target.name()} (e.g. a mutating custom op): called as is"
-            args, kwargs = self._arg(node.args), self._arg(dict(node.kwargs))
-            return self._extern(LoweringContext(node), args, kwargs, reason)
-        if not isinstance(target, OpOverload) or _is_scalar(val):
+        if not isinstance(target, (OpOverload, HigherOrderOperator)) or _is_scalar(val):
             return self._scalar(node, val)
-        args = self._arg(node.args)
-        kwargs = self._arg(dict(node.kwargs))
+        args, kwargs = self._arg(node.args), self._arg(dict(node.kwargs))
+        ctx = LoweringContext(node)
+        if isinstance(target, HigherOrderOperator):
+            reason = f"higher-order op {target.name()} (e.g. a mutating custom op): called as is"
+            return self._extern(ctx, args, kwargs, reason)
         if target is aten.copy_.default:
             return self._copy_into(node, *args)
-        ctx = LoweringContext(node)
         rule = LOWERINGS.get(target)
         if rule is None:
             return self._extern(ctx, args, kwargs, ext.default_reason(target))

@@ -7,6 +7,8 @@ become indirect loads (``GatherSrc``): negative positions are wrapped at load ti
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..dsl import functions as dslf
@@ -15,7 +17,7 @@ from ..ir import dtypes as dt
 from ..ir.index import Index, mod, product
 from ..ir.ops import Op
 from . import tensors as T
-from .registry import Unsupported, register_lowering
+from .registry import Unsupported, register_family, register_lowering
 from .views import norm_dim, position, slice_start
 
 aten = torch.ops.aten
@@ -23,37 +25,29 @@ prims = torch.ops.prims
 
 
 # -- generators -----------------------------------------------------------------------------------
-def _fill(ctx, value):
-    return T.full(ctx.out_shape(), value, ctx.out_dtype())
+def _filled_with_arg(k: int):
+    """The traced output filled with positional argument ``k``."""
+    def rule(ctx, *args, **kwargs):
+        return T.full(ctx.out_shape(), args[k], ctx.out_dtype())
+
+    return rule
 
 
-@register_lowering(aten.full.default)
-def _full(ctx, size, fill_value, **kwargs):
-    return _fill(ctx, fill_value)
+def _filled_with(value):
+    """The traced output filled with ``value``."""
+    def rule(ctx, *args, **kwargs):
+        return T.full(ctx.out_shape(), value, ctx.out_dtype())
+
+    return rule
 
 
-@register_lowering(aten.full_like.default, aten.new_full.default)
-def _full_like(ctx, x, *args, **kwargs):
-    value = args[0] if ctx.node.target is aten.full_like.default else args[1]
-    return _fill(ctx, value)
-
-
-@register_lowering(aten.zeros.default, aten.empty.memory_format, aten.empty_strided.default,
-                   aten.zeros_like.default, aten.empty_like.default, aten.new_zeros.default,
-                   aten.new_empty.default, aten.new_empty_strided.default)
-def _zeros(ctx, *args, **kwargs):
-    """Uninitialized tensors are zero-filled: deterministic at the cost of one store."""
-    return _fill(ctx, 0)
-
-
-@register_lowering(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
-def _ones(ctx, *args, **kwargs):
-    return _fill(ctx, 1)
-
-
-@register_lowering(aten.scalar_tensor.default)
-def _scalar_tensor(ctx, value, **kwargs):
-    return _fill(ctx, value)
+register_family({aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 2,
+                 aten.scalar_tensor.default: 0}, _filled_with_arg)
+register_family(dict.fromkeys((aten.ones.default, aten.ones_like.default, aten.new_ones.default), 1), _filled_with)
+# Uninitialized tensors are zero-filled: deterministic at the cost of one store.
+register_family(dict.fromkeys((aten.zeros.default, aten.empty.memory_format, aten.empty_strided.default,
+                               aten.zeros_like.default, aten.empty_like.default, aten.new_zeros.default,
+                               aten.new_empty.default, aten.new_empty_strided.default), 0), _filled_with)
 
 
 def _arange(ctx, start, step):
@@ -100,10 +94,7 @@ def _cat(ctx, tensors, dim=0):
     pieces = [T.cast(p, out_dtype) for p in pieces if p.shape[dim] != 0] or [T.cast(pieces[0], out_dtype)]
     if len(pieces) == 1:
         return T.copy(pieces[0])
-    ends, total = [], Index.of(0)
-    for p in pieces:
-        total = total + p.shape[dim]
-        ends.append(total)
+    ends = list(itertools.accumulate(p.shape[dim] for p in pieces))
     size = out_shape[dim]
     pos = T.iota(out_shape, dim)
     result = T.shift_along(pieces[-1], dim, size, ends[-2])

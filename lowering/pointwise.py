@@ -15,7 +15,7 @@ from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index
-from ..ir.ops import Op
+from ..ir.ops import PREDICATES, Op
 from . import tensors as T
 from .registry import LoweringContext, Unsupported, register_family, register_lowering
 
@@ -100,18 +100,12 @@ def _logical(op: Op):
     return rule
 
 
-def _float_predicate(op: Op):
+def _on_floats(op: Op):
+    """isnan/isinf or rounding: of non-float inputs all False or a copy."""
     def rule(ctx, x):
-        if not x.dtype.is_float:
-            return T.full(x.shape, False, dt.bool_)
-        return dslf.apply(op, x)
-
-    return rule
-
-
-def _rounding(op: Op):
-    def rule(ctx, x):
-        return T.copy(x) if not x.dtype.is_float else dslf.apply(op, x)
+        if x.dtype.is_float:
+            return dslf.apply(op, x)
+        return T.full(x.shape, False, dt.bool_) if op in PREDICATES else T.copy(x)
 
     return rule
 
@@ -165,8 +159,7 @@ register_family(UNARY, _arith)
 register_family(BINARY, _arith)
 register_family(COMPARE, _compare)
 register_family(LOGICAL, _logical)
-register_family(FLOAT_PREDICATES, _float_predicate)
-register_family(ROUNDING, _rounding)
+register_family({**FLOAT_PREDICATES, **ROUNDING}, _on_floats)
 
 
 # -- arithmetic with extra arguments ------------------------------------------------------------

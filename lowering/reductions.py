@@ -121,7 +121,7 @@ register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_bool_reduce(Fa
 
 
 # -- variance -----------------------------------------------------------------------------------
-def var_mean(ctx: LoweringContext, x: Tensor, dim, correction, keepdim: bool, dtype: DType):
+def var_mean(x: Tensor, dim, correction, keepdim: bool, dtype: DType):
     """(var, mean) in one Welford pass; ``correction`` None means 1 (Bessel)."""
     x = T.cast(x, dtype)
     c = 1 if correction is None else correction
@@ -134,7 +134,7 @@ def var_mean(ctx: LoweringContext, x: Tensor, dim, correction, keepdim: bool, dt
 def _variance(root: bool, with_mean: bool):
     """var (std with ``root``), alone or with the mean (``with_mean``)."""
     def rule(ctx, x, dim=None, correction=None, keepdim=False):
-        var, mean = var_mean(ctx, x, dim, correction, keepdim, ctx.out_dtype(0 if with_mean else None))
+        var, mean = var_mean(x, dim, correction, keepdim, ctx.out_dtype(0 if with_mean else None))
         var = dslf.sqrt(var) if root else var
         return (var, mean) if with_mean else var
 
@@ -148,7 +148,7 @@ register_family({aten.var.correction: (False, False), aten.var_mean.correction: 
 
 @register_lowering(aten.var.dim, aten.std.dim)
 def _var_dim(ctx, x, dim, unbiased=True, keepdim=False):
-    var = var_mean(ctx, x, dim, 1 if unbiased else 0, keepdim, ctx.out_dtype())[0]
+    var = var_mean(x, dim, 1 if unbiased else 0, keepdim, ctx.out_dtype())[0]
     return dslf.sqrt(var) if ctx.node.target is aten.std.dim else var
 
 

@@ -121,9 +121,7 @@ def take(x: Tensor, axis: int, index: Tensor) -> Tensor:
 
 def clamp_index(index: Tensor, size: Index) -> Tensor:
     """``index`` clamped into ``[0, size)`` (a load through it is always in bounds)."""
-    hi = size - 1
-    upper = size_value(hi) if hi.as_int() is None else hi.as_int()
-    return dslf.minimum(dslf.maximum(index, 0), upper)
+    return dslf.minimum(dslf.maximum(index, 0), int_operand(size - 1))
 
 
 def shift_along(piece: Tensor, dim: int, out_size: Index, offset: Index) -> Tensor:

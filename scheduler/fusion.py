@@ -210,13 +210,8 @@ class Group:
 
 
 def _rebind(members: list[Member], shape: LoopShape) -> list[Member] | None:
-    out = []
-    for m in members:
-        placed = place(m.node, shape)
-        if placed is None:
-            return None
-        out.append(placed)
-    return out
+    out = [place(m.node, shape) for m in members]
+    return None if any(m is None for m in out) else out
 
 
 def node_reads(n: Node) -> set[str]:

@@ -82,12 +82,9 @@ class Kernel:
         lines = [head] + [f"  in  {p.decl(b)}" for b in self.inputs]
         for r in self.reductions:
             lines.append(f"  acc {p.buf(r.name)} = {r.op.value} level {r.level}: {p.expr(r.body)}")
-        for s in self.elem_stores:
+        for where, s in [(f"phase {s.phase}", s) for s in self.elem_stores] + [("row", s) for s in self.row_stores]:
             idx = ", ".join(p.index(i) for i in s.index)
-            lines.append(f"  phase {s.phase} {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
-        for s in self.row_stores:
-            idx = ", ".join(p.index(i) for i in s.index)
-            lines.append(f"  row {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
+            lines.append(f"  {where} {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
         return "\n".join(lines)
 
     @property

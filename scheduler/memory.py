@@ -70,11 +70,7 @@ def _reads(step) -> set[str]:
 
 
 def _last_reader(b: str, steps: list) -> int:
-    last = -1
-    for k, step in enumerate(steps):
-        if b in _reads(step) or b in _written(step):
-            last = k
-    return last
+    return max((k for k, step in enumerate(steps) if b in _reads(step) or b in _written(step)), default=-1)
 
 
 def _best_fit(free: list[int], slots: list[Index], size: Index) -> int | None:
