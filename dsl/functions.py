@@ -278,11 +278,10 @@ def _slice_bounds(k: slice, size: Index) -> tuple[Index, Index, int]:
         raise ValueError(f"slice step must be positive, got {step}")
     n = size.as_int()
     if n is None:
-        if (k.start not in (None, 0)) or k.stop is not None or step != 1:
-            if k.stop is None and step == 1 and isinstance(k.start, int) and k.start >= 0:
-                return Index.of(k.start), size - k.start, 1
-            raise ValueError("slicing a symbolic dimension supports only x[a:] with a >= 0")
-        return Index.of(0), size, 1
+        start = 0 if k.start in (None, 0) else k.start
+        if k.stop is None and step == 1 and isinstance(start, int) and start >= 0:
+            return Index.of(start), size - start, 1
+        raise ValueError("slicing a symbolic dimension supports only x[a:] with a >= 0")
     start, stop, _ = slice(k.start, k.stop, step).indices(n)
     length = builtins.max(0, (stop - start + step - 1) // step)
     return Index.of(start), Index.of(length), step

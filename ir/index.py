@@ -9,6 +9,7 @@ on ``Index`` keeps the polynomial canonical, so equal expressions compare and ha
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
@@ -481,10 +482,7 @@ def symbols_in(e: Index) -> set[str]:
 
 def product(values) -> Index:
     """The product of index expressions (1 for none)."""
-    out = Index.of(1)
-    for v in values:
-        out = out * v
-    return out
+    return math.prod(values, start=Index.of(1))
 
 
 def contiguous_strides(sizes) -> tuple[Index, ...]:

@@ -136,9 +136,8 @@ def plain_inference(gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int)
     if meta.subclass_inp_meta and any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta"
                                       for m in meta.subclass_inp_meta):
         return False
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-    outs = output.args[0]
+    outs = gm.graph.output_node().args[0]
+    placeholders = gm.graph.find_nodes(op="placeholder")
     return len(placeholders) == num_inputs and isinstance(outs, (tuple, list)) and len(outs) == num_outputs
 
 

@@ -96,7 +96,7 @@ def retrace(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphMod
 
 
 def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
-    for node in _placeholders(gm):
+    for node in gm.graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
             return True
@@ -116,13 +116,9 @@ def _compile_exported(ep: ExportedProgram, options: CompileOptions) -> "Exported
         else:
             raise TypeError(f"compile_fx: exported input {spec.arg} of kind {spec.kind.name} is not supported")
     tensors = [b for b in bound if isinstance(b, torch.Tensor)]
-    user = [n.meta.get("val") for n, b in zip(_placeholders(ep.graph_module), bound) if b is None]
+    user = [n.meta.get("val") for n, b in zip(ep.graph_module.graph.find_nodes(op="placeholder"), bound) if b is None]
     compiler = AtenCompiler(options, options.backend_for(tensors + user))
     return ExportedCallable(ep, compiler.compile(ep.graph_module, "export"), bound)
-
-
-def _placeholders(gm: torch.fx.GraphModule) -> list:
-    return [n for n in gm.graph.nodes if n.op == "placeholder"]
 
 
 class ExportedCallable:

@@ -78,7 +78,7 @@ class AtenCompiler:
             cached = aot_cache.load(key)
             if cached is not None:
                 return _unboxed(self.inference(cached, None))
-            outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            outputs = gm.graph.output_node().args[0]
             self._to_store = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table())

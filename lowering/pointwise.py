@@ -110,50 +110,33 @@ def _on_floats(op: Op):
     return rule
 
 
-UNARY = {
-    aten.abs.default: Op.ABS, aten.neg.default: Op.NEG, aten.reciprocal.default: Op.RECIPROCAL,
-    aten.sign.default: Op.SIGN, aten.sgn.default: Op.SIGN, aten.exp.default: Op.EXP,
-    aten.exp2.default: Op.EXP2, aten.expm1.default: Op.EXPM1, aten.log.default: Op.LOG,
-    aten.log2.default: Op.LOG2, aten.log10.default: Op.LOG10, aten.log1p.default: Op.LOG1P,
-    aten.sqrt.default: Op.SQRT, aten.rsqrt.default: Op.RSQRT, aten.sin.default: Op.SIN,
-    aten.cos.default: Op.COS, aten.tan.default: Op.TAN, aten.asin.default: Op.ASIN,
-    aten.acos.default: Op.ACOS, aten.atan.default: Op.ATAN, aten.sinh.default: Op.SINH,
-    aten.cosh.default: Op.COSH, aten.tanh.default: Op.TANH, aten.asinh.default: Op.ASINH,
-    aten.acosh.default: Op.ACOSH, aten.atanh.default: Op.ATANH, aten.sigmoid.default: Op.SIGMOID,
-    aten.erf.default: Op.ERF, aten.erfc.default: Op.ERFC, aten.erfinv.default: Op.ERFINV,
-    aten.bitwise_not.default: Op.BITNOT,
-}
-BINARY = {
-    aten.mul.Tensor: Op.MUL, aten.mul.Scalar: Op.MUL,
-    aten.div.Tensor: Op.TRUEDIV, aten.div.Scalar: Op.TRUEDIV,
-    aten.remainder.Tensor: Op.MOD, aten.remainder.Scalar: Op.MOD, aten.remainder.Scalar_Tensor: Op.MOD,
-    aten.fmod.Tensor: Op.FMOD, aten.fmod.Scalar: Op.FMOD,
-    aten.pow.Tensor_Tensor: Op.POW, aten.pow.Tensor_Scalar: Op.POW, aten.pow.Scalar: Op.POW,
-    aten.atan2.default: Op.ATAN2, aten.maximum.default: Op.MAXIMUM, aten.minimum.default: Op.MINIMUM,
-    aten.copysign.Tensor: Op.COPYSIGN, aten.copysign.Scalar: Op.COPYSIGN,
-    aten.floor_divide.default: Op.FLOORDIV, aten.floor_divide.Scalar: Op.FLOORDIV,
-    aten.bitwise_and.Tensor: Op.BITAND, aten.bitwise_and.Scalar: Op.BITAND,
-    aten.bitwise_and.Scalar_Tensor: Op.BITAND,
-    aten.bitwise_or.Tensor: Op.BITOR, aten.bitwise_or.Scalar: Op.BITOR, aten.bitwise_or.Scalar_Tensor: Op.BITOR,
-    aten.bitwise_xor.Tensor: Op.BITXOR, aten.bitwise_xor.Scalar: Op.BITXOR,
-    aten.bitwise_xor.Scalar_Tensor: Op.BITXOR,
-    aten.bitwise_left_shift.Tensor: Op.LSHIFT, aten.bitwise_left_shift.Tensor_Scalar: Op.LSHIFT,
-    aten.bitwise_left_shift.Scalar_Tensor: Op.LSHIFT, aten.__lshift__.Scalar: Op.LSHIFT,
-    aten.__lshift__.Tensor: Op.LSHIFT,
-    aten.bitwise_right_shift.Tensor: Op.RSHIFT, aten.bitwise_right_shift.Tensor_Scalar: Op.RSHIFT,
-    aten.bitwise_right_shift.Scalar_Tensor: Op.RSHIFT, aten.__rshift__.Scalar: Op.RSHIFT,
-    aten.__rshift__.Tensor: Op.RSHIFT,
-}
-COMPARE = {
-    aten.eq.Tensor: Op.EQ, aten.eq.Scalar: Op.EQ, aten.ne.Tensor: Op.NE, aten.ne.Scalar: Op.NE,
-    aten.lt.Tensor: Op.LT, aten.lt.Scalar: Op.LT, aten.le.Tensor: Op.LE, aten.le.Scalar: Op.LE,
-    aten.gt.Tensor: Op.GT, aten.gt.Scalar: Op.GT, aten.ge.Tensor: Op.GE, aten.ge.Scalar: Op.GE,
-}
-LOGICAL = {aten.logical_and.default: Op.AND, aten.logical_or.default: Op.OR,
-           aten.logical_xor.default: Op.XOR, aten.logical_not.default: Op.NOT}
-FLOAT_PREDICATES = {aten.isnan.default: Op.ISNAN, aten.isinf.default: Op.ISINF}
-ROUNDING = {aten.floor.default: Op.FLOOR, aten.ceil.default: Op.CEIL, aten.trunc.default: Op.TRUNC,
-            aten.round.default: Op.ROUND}
+def _overloads(*rows) -> dict:
+    """``aten.<name>.<overload> -> op`` for every row ``(op, name, overload, ...)``."""
+    return {getattr(getattr(aten, name), o): op for op, name, *overloads in rows for o in overloads}
+
+
+UNARY = _overloads(*((op, op.name.lower(), "default") for op in (
+    Op.ABS, Op.NEG, Op.RECIPROCAL, Op.SIGN, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P,
+    Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH,
+    Op.ACOSH, Op.ATANH, Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV)), (Op.SIGN, "sgn", "default"),
+    (Op.BITNOT, "bitwise_not", "default"))
+BINARY = _overloads(
+    (Op.MUL, "mul", "Tensor", "Scalar"), (Op.TRUEDIV, "div", "Tensor", "Scalar"),
+    (Op.MOD, "remainder", "Tensor", "Scalar", "Scalar_Tensor"), (Op.FMOD, "fmod", "Tensor", "Scalar"),
+    (Op.POW, "pow", "Tensor_Tensor", "Tensor_Scalar", "Scalar"), (Op.ATAN2, "atan2", "default"),
+    (Op.MAXIMUM, "maximum", "default"), (Op.MINIMUM, "minimum", "default"),
+    (Op.COPYSIGN, "copysign", "Tensor", "Scalar"), (Op.FLOORDIV, "floor_divide", "default", "Scalar"),
+    (Op.BITAND, "bitwise_and", "Tensor", "Scalar", "Scalar_Tensor"),
+    (Op.BITOR, "bitwise_or", "Tensor", "Scalar", "Scalar_Tensor"),
+    (Op.BITXOR, "bitwise_xor", "Tensor", "Scalar", "Scalar_Tensor"),
+    (Op.LSHIFT, "bitwise_left_shift", "Tensor", "Tensor_Scalar", "Scalar_Tensor"),
+    (Op.LSHIFT, "__lshift__", "Scalar", "Tensor"),
+    (Op.RSHIFT, "bitwise_right_shift", "Tensor", "Tensor_Scalar", "Scalar_Tensor"),
+    (Op.RSHIFT, "__rshift__", "Scalar", "Tensor"))
+COMPARE = _overloads(*((op, op.name.lower(), "Tensor", "Scalar") for op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)))
+LOGICAL = _overloads(*((op, f"logical_{op.name.lower()}", "default") for op in (Op.AND, Op.OR, Op.XOR, Op.NOT)))
+FLOAT_PREDICATES = _overloads((Op.ISNAN, "isnan", "default"), (Op.ISINF, "isinf", "default"))
+ROUNDING = _overloads(*((op, op.name.lower(), "default") for op in (Op.FLOOR, Op.CEIL, Op.TRUNC, Op.ROUND)))
 
 register_family(UNARY, _arith)
 register_family(BINARY, _arith)

@@ -47,9 +47,7 @@ def _transpose(ctx, x, d0, d1):
     return dslf.permute(x, tuple(dims))
 
 
-@register_lowering(aten.t.default)
-def _t(ctx, x):
-    return x if x.ndim < 2 else dslf.permute(x, (1, 0))
+register_lowering(aten.t.default)(lambda ctx, x: _transpose(ctx, x, 0, 1))
 
 
 @register_lowering(aten.expand.default)

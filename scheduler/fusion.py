@@ -24,7 +24,7 @@ from ..ir.index import Index, as_var
 from ..ir.ops import Op
 from ..ir.nodes import (BufferRef, Extern, Graph, KReduction, KStore, Node, Pointwise, Reduction, domain_vars,
                         interleave)
-from .kernel import Kernel
+from .kernel import Kernel, count_ops
 
 
 # -- 1. inlining --------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def inline_pointwise(graph: Graph) -> list[Node]:
 
 
 def _costly(body: Expr, readers: int) -> bool:
-    ops = sum(1 for e in walk(body) if isinstance(e, Apply))
+    ops = count_ops(body)
     return ops > MAX_INLINE_OPS or (readers > 1 and ops > MAX_SHARED_INLINE_OPS)
 
 
@@ -146,10 +146,7 @@ def loop_shape(n: Node) -> LoopShape:
 def _assign(variables, sizes, targets) -> dict:
     """Map the non-unit loop variables over ``sizes`` onto ``targets`` (unit ones onto 0)."""
     it = iter(targets)
-    mapping = {}
-    for v, s in zip(variables, sizes):
-        mapping[as_var(v)] = Index.of(0) if s == 1 else next(it)
-    return mapping
+    return {as_var(v): Index.of(0) if s == 1 else next(it) for v, s in zip(variables, sizes)}
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..ir.expr import Apply, Expr, Load, walk
+from ..ir.expr import Apply, Expr, loads, walk
 from ..ir.hashing import structural_digest
 from ..ir.index import Index, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
@@ -64,12 +64,7 @@ class Kernel:
     @property
     def inputs(self) -> list[str]:
         """Buffers the kernel loads, in order of first use."""
-        seen: dict[str, None] = {}
-        for e in self.expressions():
-            for n in walk(e):
-                if isinstance(n, Load):
-                    seen.setdefault(n.buffer)
-        return list(seen)
+        return list(dict.fromkeys(n.buffer for e in self.expressions() for n in loads(e)))
 
     @property
     def outputs(self) -> list[str]:
@@ -102,15 +97,16 @@ class Kernel:
         elem = row * product(self.rdomain)
         total = Index.of(0)
         for r in self.reductions:
-            total = total + elem * (_count_ops(r.body) + 1)
+            total = total + elem * (count_ops(r.body) + 1)
         for s in self.elem_stores:
-            total = total + elem * _count_ops(s.value)
+            total = total + elem * count_ops(s.value)
         for s in self.row_stores:
-            total = total + row * _count_ops(s.value)
+            total = total + row * count_ops(s.value)
         return total
 
 
-def _count_ops(e: Expr) -> int:
+def count_ops(e: Expr) -> int:
+    """How many ops (``Apply`` nodes) ``e`` has."""
     return sum(1 for n in walk(e) if isinstance(n, Apply))
 
 
