@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+from common import MALLOC
 
 CHILD = r"""
 import json, statistics, sys, time, torch

@@ -9,7 +9,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import loopnest as ln
 from loopnest.backends.cpp.backend import CppBackend
@@ -17,6 +16,8 @@ from loopnest.dsl.build import GraphBuilder
 from loopnest.ir.nodes import Layout
 from loopnest.ir.verify import verify
 from loopnest.scheduler import schedule
+
+from common import median_ms
 
 FRESH = """
 import time, torch, loopnest as ln
@@ -43,13 +44,7 @@ def softmax_source() -> str:
 
 
 def main():
-    softmax_source()
-    times = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        softmax_source()
-        times.append(time.perf_counter() - t0)
-    print(f"IR + schedule + codegen (no g++), DSL softmax: median {statistics.median(times) * 1e3:.2f} ms")
+    print(f"IR + schedule + codegen (no g++), DSL softmax: median {median_ms(softmax_source, 50):.2f} ms")
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "LOOPNEST_CACHE_DIR": cache}
         subprocess.run([sys.executable, "-c", FRESH.replace("== 0 and", ">= 0 and").replace("== 1", ">= 0")],

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
-if any(os.environ.get(k) != v for k, v in MALLOC.items()):
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
+from common import reexec_with_malloc_thresholds, tensor_bytes
+
+reexec_with_malloc_thresholds()
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
 
@@ -30,12 +29,6 @@ from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
 
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
-
-
-def tensor_bytes(values) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    return sum(tensor_bytes(v) for v in values)
 
 
 def timed_first_call(fn, args) -> tuple[object, float]:

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from common import median_ms, tensor_bytes
+
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"))
@@ -71,15 +73,10 @@ for name in names:
     if built:
         (t_built, stats), = built
         out[name].update(lowering=stats.lowering_ms / 1e3, compile=stats.compile_ms / 1e3, first_run=end - t_built)
-        out[name]["tracing"] = out[name]["total"] - out[name]["first_run"] - out[name]["lowering"] - out[name]["compile"]
+        o = out[name]
+        o["tracing"] = o["total"] - o["first_run"] - o["lowering"] - o["compile"]
 print(json.dumps(out))
 """
-
-
-def tensor_bytes(values) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    return sum(tensor_bytes(v) for v in values)
 
 
 def variants(fn, tuned: bool, smoke: bool = False) -> dict:
@@ -154,13 +151,7 @@ def bench(fn, device: str) -> float:
     """Median ms: do_bench on CUDA (events, L2 flushed); wall clock for a CPU smoke run."""
     if device == "cuda":
         return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
-    fn()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, 5)
 
 
 def warm_start(names: list[str]) -> dict:
@@ -219,7 +210,8 @@ def main() -> None:
     if opts.warm_only:
         for name in opts.workloads:
             w = WORKLOADS[name]
-            torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})(*w.inputs("gpu", "cuda"))
+            fn = torch.compile(w.fn, backend="loopnest", options={"backend": "triton", "tune": "off"})
+            fn(*w.inputs("gpu", "cuda"))
         print_warm(warm_start(opts.workloads))
         return
     results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
@@ -233,7 +225,8 @@ def main() -> None:
         fr = " | ".join(f"{r['frac'][c]:.2f}" for c in cols)
         cold = " | ".join(f"{r['cold_s'][c]:.2f}" for c in cols[1:])
         bad = [c for c in cols if r["status"][c] != "ok"]
-        print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {warm.get(r['name'], {}).get('total', float('nan')):.3f} "
+        total = warm.get(r["name"], {}).get("total", float("nan"))
+        print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {total:.3f} "
               f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
     print_warm(warm)
     for ref in ("inductor", "inductor_max"):

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
 
@@ -92,16 +93,13 @@ def main() -> None:
         tiny = w.inputs("tiny", device="cuda")
         big = w.inputs("gpu", device="cuda")
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
-        pr = cProfile.Profile()
         t0 = time.perf_counter()
-        pr.enable()
-        ours(*big)
-        torch.cuda.synchronize()
-        pr.disable()
+        with cProfile.Profile() as pr:
+            ours(*big)
+            torch.cuda.synchronize()
         cold = time.perf_counter() - t0
         if opts.profile:
-            with open(os.path.join(opts.profile, f"cold_{name}.txt"), "w") as f:
-                f.write(profile_text(pr, "cumulative", 60))
+            Path(opts.profile, f"cold_{name}.txt").write_text(profile_text(pr, "cumulative", 60))
         bench = triton.testing.do_bench(lambda: ours(*big), warmup=50, rep=300, return_mode="median") * 1e3
         kernels = kernel_us(ours, big)
         torch._dynamo.reset()  # else the tiny shapes below would recompile the graph with dynamic shapes
@@ -110,19 +108,15 @@ def main() -> None:
         print(f"| {name} | {row[0]:.1f} | {row[1]:.1f} | {row[2]:.1f} | {cold:.2f} | {bench:.1f} | "
               f"{kernels:.1f} |", flush=True)
         if opts.profile:
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(2000):
-                ours(*tiny)
-            torch.cuda.synchronize()
-            pr.disable()
-            with open(os.path.join(opts.profile, f"calls_{name}.txt"), "w") as f:
-                f.write(profile_text(pr, "tottime", 40))
+            with cProfile.Profile() as pr:
+                for _ in range(2000):
+                    ours(*tiny)
+                torch.cuda.synchronize()
+            Path(opts.profile, f"calls_{name}.txt").write_text(profile_text(pr, "tottime", 40))
     if opts.profile:
         for name in opts.workloads[:3]:
             out = subprocess.run([sys.executable, "-c", WARM, name], capture_output=True, text=True)
-            with open(os.path.join(opts.profile, f"warm_{name}.txt"), "w") as f:
-                f.write(out.stdout + out.stderr[-3000:])
+            Path(opts.profile, f"warm_{name}.txt").write_text(out.stdout + out.stderr[-3000:])
 
 
 if __name__ == "__main__":

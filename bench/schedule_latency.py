@@ -7,9 +7,6 @@ Run: python bench/schedule_latency.py [--layers 3]
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
-import time
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -19,16 +16,7 @@ from loopnest.lowering.fx_lowering import FxLowering
 from loopnest.pipeline import gc_paused
 from loopnest.scheduler import schedule
 
-
-def median_ms(fn, repeat: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+from common import median_ms
 
 
 def main() -> None:
@@ -56,8 +44,8 @@ def main() -> None:
 
     kernels = len(schedule(program.graph, "stack").kernels)
     print(f"{opts.layers} TransformerEncoderLayers: {nodes} FX nodes -> {ir_nodes} IR nodes -> {kernels} kernels")
-    print(f"lowering (FX -> IR): median {median_ms(lower):.1f} ms")
-    print(f"verify + schedule:   median {median_ms(sched):.1f} ms")
+    print(f"lowering (FX -> IR): median {median_ms(lower, 7, collect=True):.1f} ms")
+    print(f"verify + schedule:   median {median_ms(sched, 7, collect=True):.1f} ms")
 
 
 if __name__ == "__main__":

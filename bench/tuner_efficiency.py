@@ -23,9 +23,9 @@ import statistics
 import sys
 from pathlib import Path
 
-MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
-if any(os.environ.get(k) != v for k, v in MALLOC.items()):
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
+from common import reexec_with_malloc_thresholds
+
+reexec_with_malloc_thresholds()
 
 import optuna  # noqa: E402
 
