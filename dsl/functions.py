@@ -164,12 +164,10 @@ def permute(x: Tensor, *dims) -> Tensor:
     dims = tuple(normalize_axis(d, x.ndim, "permute") for d in dims)
     if sorted(dims) != list(range(x.ndim)):
         raise ValueError(f"permute: {dims} is not a permutation of the {x.ndim} dims of {shape_str(x.shape)}")
-    inverse = [0] * x.ndim
-    for k, d in enumerate(dims):
-        inverse[d] = k
+    inverse = [dims.index(d) for d in range(x.ndim)]
 
     def remap(idx):
-        return tuple(idx[inverse[d]] for d in range(len(inverse)))
+        return tuple(idx[k] for k in inverse)
 
     return Tensor(tuple(x.shape[d] for d in dims), x.dtype, ViewSrc(x, remap, f"permute{dims}"))
 

@@ -126,13 +126,9 @@ class _Scope:
             return self.vars[a.name] if a.name in self.vars else self.env[a.name]
         if isinstance(a, Sym):
             return self.env[a.name]
-        if isinstance(a, (FloorDiv, Mod)):
+        if isinstance(a, (FloorDiv, Mod)):  # Python ints or int64 tensors: both round toward -inf
             num, den = self.index(a.num), self.index(a.den)
-            if isinstance(num, int) and isinstance(den, int):
-                return num // den if isinstance(a, FloorDiv) else num % den
-            num = torch.as_tensor(num)
-            return torch.div(num, den, rounding_mode="floor") if isinstance(a, FloorDiv) \
-                else torch.remainder(num, den)
+            return num // den if isinstance(a, FloorDiv) else num % den
         if isinstance(a, Indirect):
             value = self.expr(a.value).to(torch.int64)
             bound = self.index(a.bound)
