@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import statistics
@@ -90,12 +91,9 @@ class TableEvaluator:
         self.times = {config_key(space.config(r["values"])): r["p50_us"] for r in table["rows"]}
 
     def evaluate(self, configs, started=None) -> list[Outcome]:
-        out = []
-        for c in configs:
-            t = self.times.get(config_key(c))
-            out.append(Outcome(TrialState.OK, timing=Timing(t, t, t, 1)) if t is not None
-                       else Outcome(TrialState.RUNTIME_ERROR, "failed when measured"))
-        return out
+        times = [self.times.get(config_key(c)) for c in configs]
+        return [Outcome(TrialState.OK, timing=Timing(t, t, t, 1)) if t is not None
+                else Outcome(TrialState.RUNTIME_ERROR, "failed when measured") for t in times]
 
     def invalid(self, values, reason) -> Outcome:
         return Outcome(TrialState.INVALID, reason)
@@ -109,11 +107,8 @@ def replay(space, table: dict, sampler: str, seed: int, workers: int, max_trials
     study = optuna.create_study(direction="minimize", sampler=make_sampler(sampler, space, n, seed))
     enqueue_warm_starts(study, space, [(space.config(table["default"]), "default")])
     result = StudyLoop(study, space, TableEvaluator(space, table), settings, "replay").run()
-    best, curve = float("inf"), []
-    for _, value in result.history:
-        best = min(best, value if value is not None else best)
-        curve.append(best)
-    return curve
+    values = (float("inf") if value is None else value for _, value in result.history)
+    return list(itertools.accumulate(values, min))  # the best so far
 
 
 def trials_to_target(curve: list[float], optimum: float) -> int:

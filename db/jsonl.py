@@ -27,12 +27,8 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _sizes(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(_is_size(v) for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
         raise ValueError(f"{what} must be a list of ints >= 0, got {value!r}")
     return tuple(value)
 

@@ -51,8 +51,7 @@ class GraphBuilder:
         name = t.src.name
         if name in self.graph.buffers:
             raise ValueError(f"two placeholders are named {name!r}")
-        layout = self.input_layouts[name]
-        self.graph.add_buffer(Buffer(name, t.dtype, layout, BufferKind.INPUT))
+        self.graph.add_buffer(Buffer(name, t.dtype, self.input_layouts[name], BufferKind.INPUT))
         self.graph.inputs.append(name)
         self.buffer_of[t.id] = name
 

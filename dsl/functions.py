@@ -232,40 +232,27 @@ def getitem(x: Tensor, key) -> Tensor:
         else:
             expanded.append(k)
     expanded.extend([slice(None)] * (x.ndim - builtins.sum(1 for k in expanded if k is not None)))
-    out_shape, plan = [], []  # plan: per source dim (kind, start, step) ; None dims inserted
-    src_dim = 0
+    out_shape, plan = [], []  # plan: per source dim (start, step, output dim; None for an int index)
     for k in expanded:
         if k is None:
             out_shape.append(Index.of(1))
-            plan.append(("new",))
             continue
-        size = x.shape[src_dim]
+        size = x.shape[len(plan)]
         if isinstance(k, bool) or not (isinstance(k, (int, slice)) or hasattr(k, "__index__")):
             raise TypeError(f"unsupported index {k!r}; use ln.gather for tensor indices")
         if isinstance(k, slice):
             start, stop, step = _slice_bounds(k, size)
+            plan.append((start, step, len(out_shape)))
             out_shape.append(stop)
-            plan.append(("slice", start, step))
         else:
             k = int(k)
             c = size.as_int()
             if c is not None and not -c <= k < c:
-                raise IndexError(f"index {k} is out of range for dimension {src_dim} of size {c}")
-            start = Index.of(k) if k >= 0 else size + k
-            plan.append(("int", start))
-        src_dim += 1
+                raise IndexError(f"index {k} is out of range for dimension {len(plan)} of size {c}")
+            plan.append((Index.of(k) if k >= 0 else size + k, 0, None))
 
     def remap(idx):
-        out, pos = [], 0
-        for p in plan:
-            if p[0] == "new":
-                pos += 1
-            elif p[0] == "slice":
-                out.append(p[1] + idx[pos] * p[2])
-                pos += 1
-            else:
-                out.append(p[1])
-        return tuple(out)
+        return tuple(start if dim is None else start + idx[dim] * step for start, step, dim in plan)
 
     return Tensor(tuple(out_shape), x.dtype, ViewSrc(x, remap, "getitem"))
 

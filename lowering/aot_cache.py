@@ -69,10 +69,8 @@ def _symbolic(value) -> bool:
 
 
 def _autocast_state() -> str:
-    states = []
-    for device in ("cpu", "cuda"):
-        if torch.amp.is_autocast_available(device):
-            states.append(f"{device} {torch.is_autocast_enabled(device)} {torch.get_autocast_dtype(device)}")
+    states = [f"{device} {torch.is_autocast_enabled(device)} {torch.get_autocast_dtype(device)}"
+              for device in ("cpu", "cuda") if torch.amp.is_autocast_available(device)]
     return "autocast " + ", ".join(states)
 
 

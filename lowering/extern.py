@@ -98,9 +98,7 @@ def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
             raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
         outs = extern(str(node.target), ExternFn(node.target, positions, devices), args, kwargs,
                       [_spec(val[k], node) for k in positions], reason) if positions else ()
-        result = [None] * len(val)
-        for k, t in zip(positions, outs):
-            result[k] = t
-        return tuple(result)
+        tensors = dict(zip(positions, outs))
+        return tuple(tensors.get(k) for k in range(len(val)))
     raise LoweringError(f"{node.format_node()}: cannot call {node.target} through ATen: its traced "
                         f"output is {type(val).__name__}, not tensors")

@@ -22,11 +22,9 @@ def reduce_axes(x: Tensor, dim) -> tuple[int, ...]:
     """The axes ``dim`` names (None or [] mean all, as in ATen), sorted and normalized."""
     if x.ndim == 0:
         return ()
-    if dim is None:
-        return tuple(range(x.ndim))
     if isinstance(dim, int):
         dim = [dim]
-    if len(dim) == 0:
+    if not dim:
         return tuple(range(x.ndim))
     return tuple(sorted({norm_dim(d, x.ndim) for d in dim}))
 
@@ -40,10 +38,12 @@ def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tenso
     return reduced if axes else T.copy(T.cast(x, ctx.out_dtype()))
 
 
-def _accumulate(reduce):
-    """sum or prod, computed in ``dtype`` when one is given."""
+def _accumulate(reduce, nan_as_zero: bool = False):
+    """sum, prod or nansum (``nan_as_zero``), computed in ``dtype`` when one is given."""
     def rule(ctx, x, dim=None, keepdim=False, dtype=None):
         x = _with_dtype(x, dtype)
+        if nan_as_zero and x.dtype.is_float:
+            x = dslf.where(dslf.apply(Op.ISNAN, x), 0.0, x)
         axes = reduce_axes(x, dim)
         return _or_trivial(ctx, x, axes, reduce(x, axes, keepdim))
 
@@ -52,6 +52,7 @@ def _accumulate(reduce):
 
 register_family({aten.sum.dim_IntList: dslf.sum, aten.sum.default: dslf.sum, aten.prod.default: dslf.prod,
                  aten.prod.dim_int: dslf.prod}, _accumulate)
+register_lowering(aten.nansum.default)(_accumulate(dslf.sum, nan_as_zero=True))
 
 
 @register_lowering(aten.mean.default, aten.mean.dim)
@@ -182,15 +183,6 @@ def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
     if ord == 2:
         return dslf.sqrt(dslf.sum(dslf.apply(Op.MUL, a, a), axes, keepdim))
     return dslf.pow(dslf.sum(dslf.pow(a, float(ord)), axes, keepdim), 1.0 / float(ord))
-
-
-@register_lowering(aten.nansum.default)
-def _nansum(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _with_dtype(x, dtype)
-    if x.dtype.is_float:
-        x = dslf.where(dslf.apply(Op.ISNAN, x), 0.0, x)
-    axes = reduce_axes(x, dim)
-    return _or_trivial(ctx, x, axes, dslf.sum(x, axes, keepdim))
 
 
 @register_lowering(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
