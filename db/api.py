@@ -205,8 +205,7 @@ class TuningDB:
     def export_jsonl(self, fp: IO[str], **filters: Any) -> int:
         """Write winners (``winners()`` filters apply) as JSON lines; return how many."""
         records = self.winners(**filters)
-        for record in records:
-            fp.write(_dumps(record.to_json()) + "\n")
+        fp.writelines(_dumps(record.to_json()) + "\n" for record in records)
         return len(records)
 
     def import_jsonl(self, fp: Iterable[str], validate_config: ConfigValidator) -> int:

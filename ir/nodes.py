@@ -260,10 +260,6 @@ class Graph:
         self.buffers[buf.name] = buf
         return buf
 
-    def producers(self) -> dict[str, Node]:
-        """Map from buffer name to the node that writes it."""
-        return {out: node for node in self.nodes for out in node.outputs}
-
     def symbols(self) -> set[str]:
         """Names of the symbolic sizes used by any buffer."""
         return {n for b in self.buffers.values() for s in b.layout.sizes + b.layout.strides
