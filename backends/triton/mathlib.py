@@ -13,11 +13,6 @@ import re
 _SOURCES: dict[str, str] = {}
 
 
-def all_helpers_source() -> str:
-    """Every helper's source, in name order (part of what the codegen version pins)."""
-    return "".join(_SOURCES[name] for name in sorted(_SOURCES))
-
-
 def _helper(source: str) -> None:
     name = re.search(r"def (\w+)\(", source).group(1)
     _SOURCES[name] = "@triton.jit\n" + source.strip() + "\n"
