@@ -1,6 +1,7 @@
 """Shared pytest setup: an isolated code cache and tuning DB, NaN-poisoned buffers, tolerances."""
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,6 +19,10 @@ def _isolated_cache(tmp_path_factory):
     os.environ["LOOPNEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("ln-cache"))
     os.environ["LOOPNEST_DB"] = f"sqlite:///{tmp_path_factory.mktemp('ln-db')}/tuning.db"
     yield
+
+
+# Triton 3.6's interpreter fails on loops over tensors with numpy >= 2.3 (the GPU image has one)
+INTERPRETER_USABLE = tuple(map(int, np.__version__.split(".")[:2])) < (2, 3)
 
 
 @pytest.fixture(autouse=True)

@@ -4,13 +4,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-import numpy as np
 import optuna
 import pytest
 import torch
 
 from autotune_support import absmax_graph, db_url, fast, rows_graph  # noqa: F401 - db_url is a fixture
-from conftest import assert_close
+from conftest import INTERPRETER_USABLE, assert_close
 from loopnest.autotune.compile_time import tuner_for
 from loopnest.autotune.evaluate import KernelEvaluator, TrialRecorder
 from loopnest.autotune.harness import GraphHarness
@@ -184,8 +183,8 @@ def test_time_budget_stops_a_study(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::DeprecationWarning")  # numpy in the interpreter
-@pytest.mark.skipif(tuple(map(int, np.__version__.split(".")[:2])) >= (2, 3),
-                    reason="Triton 3.6's interpreter fails on loops over tensors with numpy >= 2.3")
+@pytest.mark.skipif(not INTERPRETER_USABLE, reason="Triton 3.6's interpreter fails on loops over tensors "
+                                                   "with numpy >= 2.3")
 def test_triton_kernels_tune_in_the_interpreter(tmp_path):
     graph, args = absmax_graph(n=2000)
     url = f"sqlite:///{tmp_path / 't.db'}"

@@ -22,7 +22,7 @@ from loopnest.ir.reductions import ELEMENTWISE, REDUCTIONS, Init, ReduceOp, Rule
 from loopnest.pipeline import compile_graph
 from loopnest.scheduler import schedule
 
-from conftest import assert_close
+from conftest import INTERPRETER_USABLE, assert_close
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.int8, torch.uint8, torch.bool)
 AXES = {"rows": 1, "cols": 0, "full": None}
@@ -157,6 +157,8 @@ def _check(got, eager, args, what):
 
 @pytest.fixture
 def triton_interpreter(monkeypatch):
+    if not INTERPRETER_USABLE:
+        pytest.skip("Triton 3.6's interpreter fails on loops over tensors with numpy >= 2.3")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with settings.scope(triton_interpret=True):
         yield
