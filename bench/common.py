@@ -1,8 +1,11 @@
 """Helpers the benchmark scripts share."""
 import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
@@ -33,3 +36,18 @@ def median_ms(fn, repeat: int, collect: bool = False) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+def run_in_checkout(code: str, args: list[str], path=None, env: dict | None = None):
+    """Run the Python ``code`` in a new process importing loopnest from the folder ``path`` (None:
+    this checkout), with a fresh code cache and ``env`` on top of ours (None removes a variable);
+    the JSON its last line prints."""
+    env = {**os.environ, "LOOPNEST_CACHE_DIR": tempfile.mkdtemp(prefix="ln-bench-"), **(env or {})}
+    env = {k: v for k, v in env.items() if v is not None}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
+                          cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -15,15 +15,10 @@ CPU runs keep glibc from unmapping freed blocks (``MALLOC_MMAP_THRESHOLD_`` and
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from common import MALLOC
+from common import MALLOC, run_in_checkout
 
 CHILD = r"""
 import json, statistics, sys, time, torch
@@ -55,14 +50,7 @@ print(json.dumps(out))
 
 def run_checkout(path: Path | None, device: str, names: list[str], runs: int) -> dict[str, float]:
     """Median ms per workload, in a new process importing loopnest from ``path`` (None: this one)."""
-    env = {**os.environ, **MALLOC, "LOOPNEST_CACHE_DIR": tempfile.mkdtemp(prefix="ln-compare-")}
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", CHILD, device, ",".join(names), str(runs)], env=env,
-                          capture_output=True, text=True, cwd=tempfile.gettempdir())
-    if proc.returncode != 0:
-        raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_in_checkout(CHILD, [device, ",".join(names), runs], path, MALLOC)
 
 
 def main() -> None:

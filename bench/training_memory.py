@@ -1,6 +1,6 @@
 """Resident memory of repeated training steps under torch.compile(backend="loopnest"), on the CPU.
 
-For each case: three warm-up steps (compiles included), then ``--steps`` steps, each a forward
+For each case: ten warm-up steps (compiles included), then ``--steps`` steps, each a forward
 pass and a backward pass; it prints the resident set after warm-up, its peak over the steps, the
 growth per step (peak over warm-up, divided by the steps) and one step's own buffers for scale.
 A run that passes ``--stop-gb`` of resident memory stops early and says so. With ``--other PATH``
@@ -12,15 +12,12 @@ Each checkout runs in its own process, with glibc's default allocator settings (
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
+from common import MALLOC, run_in_checkout
+
 CHILD = r"""
-import json, sys, torch, torch.nn.functional as F, psutil
+import json, os, sys, torch, torch.nn.functional as F
 from torch import nn
 try:
     from loopnest.api import loopnest_backend
@@ -50,7 +47,13 @@ CASES = {
                                      torch.randn(2048, requires_grad=True))),
     "transformer block 8x128x256": block,
 }
-proc, out = psutil.Process(), {}
+out = {}
+
+
+def rss():
+    return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
 for name, make in CASES.items():
     fn, inputs = make()
     params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
@@ -63,14 +66,14 @@ for name, make in CASES.items():
         for t in list(inputs) + params:
             t.grad = None
 
-    for _ in range(3):
+    for _ in range(10):  # compiles, and glibc's arenas settle
         step()
-    start = peak = proc.memory_info().rss
+    start = peak = rss()
     done = 0
     while done < steps and peak < stop:
         step()
         done += 1
-        peak = max(peak, proc.memory_info().rss)
+        peak = max(peak, rss())
     out[name] = {"start_mb": start / 2**20, "peak_mb": peak / 2**20, "steps": done,
                  "growth_mb": (peak - start) / 2**20 / max(done, 1), "step_mb": step_bytes / 2**20}
     del fn, inputs, compiled
@@ -80,17 +83,8 @@ print(json.dumps(out))
 
 
 def run_checkout(path: Path | None, steps: int, stop_gb: float) -> dict:
-    """The measurements of one checkout (None: this one), in a new process."""
-    env = {**os.environ, "LOOPNEST_CACHE_DIR": tempfile.mkdtemp(prefix="ln-memory-")}
-    env.pop("MALLOC_MMAP_THRESHOLD_", None)
-    env.pop("MALLOC_TRIM_THRESHOLD_", None)
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(stop_gb)], env=env, capture_output=True,
-                          text=True, cwd=tempfile.gettempdir())
-    if proc.returncode != 0:
-        raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """The measurements of one checkout (None: this one), in a new process with glibc's defaults."""
+    return run_in_checkout(CHILD, [steps, stop_gb], path, dict.fromkeys(MALLOC))
 
 
 def cell(r: dict, steps: int) -> str:

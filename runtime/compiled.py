@@ -1,6 +1,7 @@
 """A compiled graph as a callable: checks inputs, allocates buffers, runs kernels and externs."""
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ import torch
 
 from ..backends.base import Artifact, Backend, Launcher
 from ..core import settings
-from ..ir.index import Sym, evaluate
+from ..ir.index import bare_symbol, evaluate
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
@@ -158,16 +159,14 @@ class CallPlan:
         self.env = env
         device = graph.device
         self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
-                             [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, _fill(b))
+                             [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, poison_value(b.dtype.torch))
                             for b in graph.allocations]
         self.slots = [evaluate(n, env) for n in graph.memory.slots] if graph.planned else []
         self.views = []
         for b, slot in graph.planned:
             sizes = [evaluate(s, env) for s in b.layout.sizes]
-            numel = 1
-            for n in sizes:
-                numel *= n
-            self.views.append((b.name, slot, numel * b.dtype.itemsize, b.dtype.torch, sizes, _fill(b)))
+            self.views.append((b.name, slot, math.prod(sizes) * b.dtype.itemsize, b.dtype.torch, sizes,
+                               poison_value(b.dtype.torch)))
         self.steps = [(_bind(launch, env), None) if launch is not None else (None, step)
                       for step, launch in graph.steps]
         self.decls = graph.graph.buffers
@@ -234,10 +233,6 @@ def poison_value(dtype: torch.dtype):
     return -77 if dtype.is_signed else 77
 
 
-def _fill(b: Buffer):
-    return poison_value(b.dtype.torch)
-
-
 def _view_spec(layout: Layout, env: dict[str, int]) -> tuple:
     return (tuple(evaluate(s, env) for s in layout.sizes), tuple(evaluate(s, env) for s in layout.strides),
             evaluate(layout.offset, env))
@@ -257,26 +252,15 @@ def _shape(sizes) -> str:
 
 
 def _bindings(inputs: list[Buffer]) -> list[_Binding]:
-    out = []
-    for k, b in enumerate(inputs):
-        for d, s in enumerate(b.sizes):
-            if len(s.terms) == 1 and s.const == 0 and s.terms[0][1] == 1 and len(s.terms[0][0]) == 1:
-                atom = s.terms[0][0][0]
-                if isinstance(atom, Sym):
-                    out.append(_Binding(atom.name, k, d))
-    return out
-
-
-def _view(t: torch.Tensor, layout: Layout, env: dict[str, int]) -> torch.Tensor:
-    """``t`` seen through ``layout`` (offset counted from ``t``'s first element)."""
-    return _as_view(t, _view_spec(layout, env))
+    return [_Binding(name, k, d) for k, b in enumerate(inputs) for d, s in enumerate(b.sizes)
+            if (name := bare_symbol(s)) is not None]
 
 
 def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],
                 env: dict[str, int]) -> None:
     def tensor_of(ref: BufferRef) -> torch.Tensor:
         t = buffers[ref.name]
-        return t if ref.layout is None else _view(t, ref.layout, env)
+        return t if ref.layout is None else _as_view(t, _view_spec(ref.layout, env))
 
     for name, value in zip(node.outs, node.call(tensor_of, env)):
         buffers[name] = _conform(value, decls[name], env)
