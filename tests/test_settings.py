@@ -44,8 +44,9 @@ def test_readme_lists_every_variable():
     assert {field for field, _ in settings.VARIABLES.values()} == set(settings.Settings.__dataclass_fields__)
 
 
-def test_settings_db_and_cli_options_load_without_torch():
-    code = ("import sys, loopnest.core.settings, loopnest.db.api, loopnest.autotune.options; "
+def test_settings_db_and_cli_parser_load_without_torch():
+    code = ("import sys, loopnest.core.settings, loopnest.db.api, loopnest.autotune.options, loopnest.cli; "
+            "loopnest.cli.build_parser(); "
             "print(sorted(m for m in ('torch', 'triton', 'optuna') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
