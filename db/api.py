@@ -8,6 +8,7 @@ backend before use; the database never holds code.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
 from collections.abc import Iterable, Sequence
@@ -26,13 +27,15 @@ from loopnest.core import settings
 from loopnest.db.engine import (
     UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
 )
-from loopnest.db.jsonl import ConfigValidator, ImportRowError, parse_lines
+from loopnest.db.jsonl import ConfigValidator, ImportRowError, checked_row, parse_lines
 from loopnest.db.models import Hardware, Kernel, Trial, TrialState, Winner, utcnow
 from loopnest.db.records import (
     HardwareInfo, HardwareKind, LookupKind, LookupResult, TrialRecord, TuningKey, WinnerRecord,
     json_object, positive_float,
 )
 from loopnest.db.schema import SchemaError, migrate
+
+log = logging.getLogger("loopnest.db")
 
 __all__ = [
     "ConfigValidator", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
@@ -132,7 +135,7 @@ class TuningDB:
         state = None if state is None else TrialState(state)
         query = _where_given(query, (Trial.study, study), (Trial.state, state))
         with self.session(write=False) as s:
-            return [_trial_record(t, k, h) for t, k, h in s.execute(query)]
+            return [r for r in (_trial_record(t, k, h) for t, k, h in s.execute(query)) if r is not None]
 
     def fail_running_trials(self, study: str | None = None, host: str | None = None) -> int:
         """Mark trials left ``running`` (by a crashed worker) runtime_error "interrupted"."""
@@ -196,7 +199,7 @@ class TuningDB:
         if stale is not None:
             query = query.where(Winner.stale.is_(stale))
         with self.session(write=False) as s:
-            return [_winner_record(w, k, h) for w, k, h in s.execute(query)]
+            return [r for r in (_winner_record(w, k, h) for w, k, h in s.execute(query)) if r is not None]
 
     def stale_winners(self) -> list[WinnerRecord]:
         """Winners measured with other software than a later lookup had: re-tune candidates."""
@@ -339,10 +342,12 @@ def _lookup(
     row = s.scalar(select(Winner).where(*_key_filter(Winner, key, kernel.id, hardware.id)))
     if row is None:
         return _nearest(s, key, kernel, hardware), None
+    record = _winner_record(row, kernel, hardware)
+    if record is None:  # damaged: served as a miss (a warning names the row)
+        return LookupResult(LookupKind.MISS), None
     if row.software == software:
-        return LookupResult(LookupKind.EXACT, _winner_record(row, kernel, hardware)), None
-    stale = LookupResult(LookupKind.STALE, _winner_record(row, kernel, hardware))
-    return stale, None if row.stale else row
+        return LookupResult(LookupKind.EXACT, record), None
+    return LookupResult(LookupKind.STALE, record), None if row.stale else row
 
 
 def _log_distance(a: Sequence[int], b: Sequence[int]) -> float:
@@ -357,11 +362,11 @@ def _nearest(s: Session, key: TuningKey, kernel: Kernel, hardware: Hardware) -> 
         Winner.dtypes_key == key.dtypes_key, Winner.rank == len(key.sizes),
         Winner.sizes_key != key.sizes_key,
     )).all()
-    if not rows:
+    records = [r for r in (_winner_record(w, kernel, hardware) for w in rows) if r is not None]
+    if not records:
         return LookupResult(LookupKind.MISS)
-    best = min(rows, key=lambda w: (_log_distance(w.sizes, key.sizes), w.sizes_key))
-    record = _winner_record(best, kernel, hardware)
-    return LookupResult(LookupKind.NEAREST, record, _log_distance(best.sizes, key.sizes))
+    best = min(records, key=lambda r: (_log_distance(r.sizes, key.sizes), r.key.sizes_key))
+    return LookupResult(LookupKind.NEAREST, best, _log_distance(best.sizes, key.sizes))
 
 
 def _winner_query() -> Select[tuple[Winner, Kernel, Hardware]]:
@@ -374,22 +379,36 @@ def _winner_query() -> Select[tuple[Winner, Kernel, Hardware]]:
     )
 
 
-def _winner_record(w: Winner, k: Kernel, h: Hardware) -> WinnerRecord:
-    return WinnerRecord(
-        kernel_hash=k.structural_hash, name=k.name, backend=k.backend, sizes=tuple(w.sizes),
-        dtypes=tuple(w.dtypes), hardware=HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes),
-        config=w.config, time_us=w.time_us, default_time_us=w.default_time_us, software=w.software,
-        stale=w.stale, trial_id=w.trial_id, updated_at=w.updated_at,
-    )
+def _winner_record(w: Winner, k: Kernel, h: Hardware) -> WinnerRecord | None:
+    """The row as a record; None, with a warning naming the row, when a stored column is damaged."""
+    try:
+        v = checked_row(w, ("sizes", "dtypes", "config", "time_us", "default_time_us", "software"))
+        return WinnerRecord(
+            kernel_hash=k.structural_hash, name=k.name, backend=k.backend, sizes=v["sizes"], dtypes=v["dtypes"],
+            hardware=HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes), config=v["config"],
+            time_us=v["time_us"], default_time_us=v["default_time_us"], software=v["software"],
+            stale=bool(w.stale), trial_id=w.trial_id, updated_at=w.updated_at,
+        )
+    except (TypeError, ValueError) as exc:
+        log.warning("tuning DB: skipping damaged row %s.id=%s (%s): %s; re-tune it or delete the row",
+                    Winner.__tablename__, w.id, k.name, exc)
+        return None
 
 
-def _trial_record(t: Trial, k: Kernel, h: Hardware) -> TrialRecord:
-    return TrialRecord(
-        id=t.id, kernel_hash=k.structural_hash, backend=k.backend, sizes=tuple(t.sizes),
-        dtypes=tuple(t.dtypes), hardware_fingerprint=h.fingerprint, config=t.config,
-        state=t.state, message=t.message, p20_us=t.p20_us, p50_us=t.p50_us, p80_us=t.p80_us,
-        verified_error=t.verified_error, host=t.host, study=t.study, created_at=t.created_at,
-    )
+def _trial_record(t: Trial, k: Kernel, h: Hardware) -> TrialRecord | None:
+    """The row as a record; None, with a warning naming the row, when a stored column is damaged."""
+    try:
+        v = checked_row(t, ("sizes", "dtypes", "config", "p20_us", "p50_us", "p80_us"))
+        return TrialRecord(
+            id=t.id, kernel_hash=k.structural_hash, backend=k.backend, sizes=v["sizes"], dtypes=v["dtypes"],
+            hardware_fingerprint=h.fingerprint, config=v["config"], state=TrialState(t.state), message=t.message,
+            p20_us=v["p20_us"], p50_us=v["p50_us"], p80_us=v["p80_us"], verified_error=t.verified_error,
+            host=t.host, study=t.study, created_at=t.created_at,
+        )
+    except (TypeError, ValueError) as exc:
+        log.warning("tuning DB: skipping damaged row %s.id=%s (%s): %s; delete the row",
+                    Trial.__tablename__, t.id, k.name, exc)
+        return None
 
 
 def _dumps(obj: Any) -> str:

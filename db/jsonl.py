@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from loopnest.db.models import CORRUPT
 from loopnest.db.records import HardwareInfo, WinnerRecord, json_object, positive_float
 
 ConfigValidator = Callable[[str, dict[str, Any], HardwareInfo], None]  # (backend, config, tuned-on hardware)
@@ -62,6 +63,24 @@ def _timestamp(value: Any, what: str) -> datetime | None:
         return datetime.fromisoformat(_text(value, what))
     except ValueError:
         raise ValueError(f"{what} must be an ISO timestamp, got {value!r}") from None
+
+
+_COLUMNS: dict[str, Callable[[Any, str], Any]] = {
+    "sizes": _sizes, "dtypes": _dtypes, "config": json_object, "software": json_object, "time_us": positive_float,
+    "default_time_us": _optional_time, "p20_us": _optional_time, "p50_us": _optional_time, "p80_us": _optional_time,
+}
+
+
+def checked_row(row: Any, columns: Iterable[str]) -> dict[str, Any]:
+    """``columns`` of an ORM row, each checked as an imported row's field is; ValueError naming the
+    first damaged one (``models.CORRUPT``: stored text that is not JSON)."""
+    out = {}
+    for name in columns:
+        value = getattr(row, name)
+        if value is CORRUPT:
+            raise ValueError(f"column {name} does not hold valid JSON")
+        out[name] = _COLUMNS[name](value, f"column {name}")
+    return out
 
 
 def _hardware(value: Any, what: str) -> HardwareInfo:

@@ -25,6 +25,27 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+CORRUPT = object()  # what a JSON column holds when its stored text does not decode
+
+
+class CheckedJSON(TypeDecorator):
+    """JSON that reads a value which does not decode as ``CORRUPT`` instead of raising, so one
+    damaged row is skipped (``db.api`` warns) instead of breaking every query that reads it."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect, coltype):
+        decode = super().result_processor(dialect, coltype)
+
+        def process(value):
+            try:
+                return decode(value) if decode else value
+            except (TypeError, ValueError):
+                return CORRUPT
+        return process
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -56,7 +77,7 @@ class Base(DeclarativeBase):
     """Declarative base holding loopnest's metadata (and only loopnest's tables)."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map = {dict[str, Any]: CheckedJSON, list[Any]: CheckedJSON}
 
 
 class Hardware(Base):
@@ -109,11 +130,11 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     kernel_id: Mapped[int] = mapped_column(ForeignKey("ln_kernels.id", ondelete="CASCADE"))
     hardware_id: Mapped[int] = mapped_column(ForeignKey("ln_hardware.id", ondelete="CASCADE"))
-    sizes: Mapped[list[Any]] = mapped_column(JSON)
-    dtypes: Mapped[list[Any]] = mapped_column(JSON)
+    sizes: Mapped[list[Any]] = mapped_column(CheckedJSON)
+    dtypes: Mapped[list[Any]] = mapped_column(CheckedJSON)
     sizes_key: Mapped[str] = mapped_column(String(256))
     dtypes_key: Mapped[str] = mapped_column(String(256))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(CheckedJSON)
     state: Mapped[TrialState] = mapped_column(TRIAL_STATE_TYPE)
     message: Mapped[str | None] = mapped_column(Text)
     p20_us: Mapped[float | None] = mapped_column(Float)
@@ -142,13 +163,13 @@ class Winner(Base):
     sizes_key: Mapped[str] = mapped_column(String(256))
     dtypes_key: Mapped[str] = mapped_column(String(256))
     rank: Mapped[int] = mapped_column(Integer)
-    sizes: Mapped[list[Any]] = mapped_column(JSON)
-    dtypes: Mapped[list[Any]] = mapped_column(JSON)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sizes: Mapped[list[Any]] = mapped_column(CheckedJSON)
+    dtypes: Mapped[list[Any]] = mapped_column(CheckedJSON)
+    config: Mapped[dict[str, Any]] = mapped_column(CheckedJSON)
     time_us: Mapped[float] = mapped_column(Float)
     default_time_us: Mapped[float | None] = mapped_column(Float)
     speedup: Mapped[float | None] = mapped_column(Float)
-    software: Mapped[dict[str, Any]] = mapped_column(JSON)
+    software: Mapped[dict[str, Any]] = mapped_column(CheckedJSON)
     stale: Mapped[bool] = mapped_column(Boolean, default=False)
     trial_id: Mapped[int | None] = mapped_column(
         ForeignKey("ln_trials.id", ondelete="SET NULL")
