@@ -63,6 +63,8 @@ def result_dtype(args) -> DType:
 
 
 def _as_tensor_or_scalar(value):
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < 1 << 63:
+        raise OverflowError(f"int too big to convert: {value} does not fit in 64 bits (as in PyTorch)")
     if isinstance(value, (Tensor, bool, int, float)):
         return value
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:

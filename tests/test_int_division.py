@@ -32,3 +32,11 @@ print("ok")
 def test_minimum_divided_by_minus_one_matches_eager(dtype):
     out = subprocess.run([sys.executable, "-c", SCRIPT, dtype], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
+def test_a_scalar_beyond_64_bits_is_an_overflow_error_as_in_eager():
+    import loopnest as ln
+
+    x = ln.placeholder("x", (2,), ln.int32)
+    with pytest.raises(OverflowError, match="int too big to convert"):
+        ln.compile(x + 2**70)
