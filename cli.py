@@ -10,6 +10,7 @@ matplotlib), so ``autotune --help`` and the DB queries start without torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -179,11 +180,8 @@ def cmd_db_stale(args) -> int:
 
 def cmd_db_export(args) -> int:
     db = _db(args)
-    if args.out:
-        with open(args.out, "w") as fp:
-            count = db.export_jsonl(fp)
-    else:
-        count = db.export_jsonl(sys.stdout)
+    with open(args.out, "w") if args.out else contextlib.nullcontext(sys.stdout) as fp:
+        count = db.export_jsonl(fp)
     print(f"exported {count} winners", file=sys.stderr)
     return 0
 

@@ -22,7 +22,7 @@ from ..backends.base import Backend
 from ..core.timing import BenchOptions
 from ..db.api import LookupKind, TuningKey, db_exists, open_db, resolve_url
 from ..ir.dtypes import Kind
-from ..ir.expr import Load, loads, walk
+from ..ir.expr import loads
 from ..ir.index import Indirect, evaluate
 from ..ir.interpret import bind_symbols
 from ..ir.nodes import Extern, Graph
@@ -69,9 +69,7 @@ class DbTuner:
         return lookup_configs(schedule, backend, self.settings, example_env(schedule.graph, example))
 
     def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
-        if self.mode != "sweep":
-            return ConfigPlan()
-        return sweep_compiled(compiled, kernels, self.settings, example)
+        return sweep_compiled(compiled, kernels, self.settings, example) if self.mode == "sweep" else ConfigPlan()
 
 
 def tuner_for(tune: str, settings: TuneSettings | None = None) -> DbTuner | None:
@@ -127,11 +125,10 @@ def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: Tu
     """Tune ``kernels`` of ``compiled`` on the example (or random) inputs; winners are stored."""
     graph, backend = compiled.graph, compiled.backend
     if example is None:
-        env = _static_env(graph)
-        if env is None:
+        if graph.symbols():
             log.warning("tune='sweep' needs example inputs for a graph with symbolic sizes; using defaults")
             return ConfigPlan()
-        example = GraphExample(tuple(random_inputs(graph, env, backend.device)))
+        example = GraphExample(tuple(random_inputs(graph, {}, backend.device)))
     inputs, expected = list(example.inputs), example.expected
     harness = GraphHarness(compiled, lambda g: list(g(*inputs)), expected, BenchOptions(budget_s=settings.measure_s))
     tuner = GraphTuner(harness, settings, open_db(resolve_url(settings.db_url)))
@@ -146,10 +143,6 @@ def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: Tu
     return plan
 
 
-def _static_env(graph: Graph) -> dict[str, int] | None:
-    return {} if not graph.symbols() else None
-
-
 def example_env(graph: Graph, example: GraphExample | None) -> dict[str, int]:
     """Symbol values bound by the example's input shapes (empty without an example)."""
     return bind_symbols(graph, example.inputs) if example is not None else {}
@@ -158,10 +151,8 @@ def example_env(graph: Graph, example: GraphExample | None) -> dict[str, int]:
 def index_bounds(graph: Graph, env: dict[str, int]) -> dict[str, int]:
     """For inputs read as gather/embedding indices: the smallest extent they index."""
     bounds: dict[str, int] = {}
-    for node in graph.nodes:
-        if isinstance(node, Extern):
-            continue
-        for ld in (n for n in walk(node.body) if isinstance(n, Load)):
+    for node in (n for n in graph.nodes if not isinstance(n, Extern)):
+        for ld in loads(node.body):
             for atom in (a for i in ld.index for a in i.atoms() if isinstance(a, Indirect)):
                 extent = evaluate(atom.bound, env)
                 for src in loads(atom.value):

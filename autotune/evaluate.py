@@ -86,8 +86,7 @@ class KernelEvaluator:
             return [None] * len(configs)
         with concurrent.futures.ThreadPoolExecutor(max(1, min(self.workers, len(configs)))) as pool:
             futures = [pool.submit(self.backend.prebuild, self.kernel, c, self.timeout_s) for c in configs]
-            results = [self._build_outcome(c, f) for c, f in zip(configs, futures)]
-        return results
+            return [self._build_outcome(c, f) for c, f in zip(configs, futures)]
 
     def _build_outcome(self, config: Any, future: concurrent.futures.Future) -> Outcome | None:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import io
 from pathlib import Path
 
@@ -18,25 +19,23 @@ import optuna  # noqa: E402
 from optuna.trial import TrialState as OptunaState  # noqa: E402
 
 
-def _trials(study: optuna.Study):
-    return study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL))
+def _trials(study: optuna.Study, states=(OptunaState.COMPLETE, OptunaState.FAIL)):
+    return study.get_trials(deepcopy=False, states=states)
+
+
+def _done(study: optuna.Study):
+    return _trials(study, (OptunaState.COMPLETE,))
 
 
 def _history(ax, study: optuna.Study) -> None:
-    trials = _trials(study)
-    done = [t for t in trials if t.state == OptunaState.COMPLETE]
-    ax.scatter([t.number for t in done], [t.value for t in done], s=14, label="trial (p50)")
-    best, line = float("inf"), []
-    for t in done:
-        best = min(best, t.value)
-        line.append((t.number, best))
-    if line:
-        ax.step(*zip(*line), where="post", color="C1", label="best so far")
-    failed = [t.number for t in trials if t.state == OptunaState.FAIL]
+    done = _done(study)
+    numbers, values = [t.number for t in done], [t.value for t in done]
+    ax.scatter(numbers, values, s=14, label="trial (p50)")
+    if done:
+        ax.step(numbers, list(itertools.accumulate(values, min)), where="post", color="C1", label="best so far")
+    failed = [t.number for t in _trials(study, (OptunaState.FAIL,))]
     if failed and done:
-        top = max(t.value for t in done)
-        ax.scatter(failed, [top] * len(failed), marker="x", color="C3", s=18, label="failed")
-    values = [t.value for t in done]
+        ax.scatter(failed, [max(values)] * len(failed), marker="x", color="C3", s=18, label="failed")
     if values and min(values) > 0 and max(values) / min(values) > 20:
         ax.set_yscale("log")
     ax.set(title="optimization history", xlabel="trial", ylabel="time (µs)")
@@ -44,7 +43,7 @@ def _history(ax, study: optuna.Study) -> None:
 
 
 def _importance(ax, study: optuna.Study) -> None:
-    done = [t for t in _trials(study) if t.state == OptunaState.COMPLETE]
+    done = _done(study)
     try:
         scores = optuna.importance.get_param_importances(study) if len(done) >= 2 else {}
     except (RuntimeError, ValueError):
@@ -59,7 +58,7 @@ def _importance(ax, study: optuna.Study) -> None:
 
 def best_and_default(study: optuna.Study) -> tuple[float | None, float | None]:
     """(best p50, default p50) in µs among completed trials (None if missing)."""
-    done = [t for t in _trials(study) if t.state == OptunaState.COMPLETE]
+    done = _done(study)
     best = min((t.value for t in done), default=None)
     default = next((t.value for t in done if t.user_attrs.get("warm_start") == "default"), None)
     return best, default
@@ -67,25 +66,17 @@ def best_and_default(study: optuna.Study) -> tuple[float | None, float | None]:
 
 def _versus(ax, study: optuna.Study) -> None:
     best, default = best_and_default(study)
-    labels, values = [], []
-    for label, value in (("default", default), ("best", best)):
-        if value is not None:
-            labels.append(label)
-            values.append(value)
-    ax.bar(labels, values, color=["C7", "C2"][: len(values)])
-    if best and default:
-        ax.set_title(f"best vs default: {default / best:.2f}x")
-    else:
-        ax.set_title("best vs default")
+    bars = [(label, value) for label, value in (("default", default), ("best", best)) if value is not None]
+    ax.bar([label for label, _ in bars], [value for _, value in bars], color=["C7", "C2"][: len(bars)])
+    ax.set_title(f"best vs default: {default / best:.2f}x" if best and default else "best vs default")
     ax.set_ylabel("time (µs)")
 
 
 def figure_png(study: optuna.Study) -> bytes:
     """The three plots side by side, as PNG bytes."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    _history(axes[0], study)
-    _importance(axes[1], study)
-    _versus(axes[2], study)
+    for ax, draw in zip(axes, (_history, _importance, _versus)):
+        draw(ax, study)
     fig.suptitle(study.study_name, fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -95,7 +86,7 @@ def figure_png(study: optuna.Study) -> bytes:
 
 
 def _table(study: optuna.Study, top: int = 10) -> str:
-    done = sorted((t for t in _trials(study) if t.state == OptunaState.COMPLETE), key=lambda t: t.value)
+    done = sorted(_done(study), key=lambda t: t.value)
     rows = "".join(f"<tr><td>{t.number}</td><td>{t.value:.2f}</td>"
                    f"<td><code>{html.escape(str(t.user_attrs.get('config', t.params)))}</code></td></tr>"
                    for t in done[:top])

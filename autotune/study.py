@@ -154,7 +154,7 @@ def _ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def _attrs(config_json: dict, outcome: Outcome, tag: str) -> dict[str, Any]:
+def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str) -> None:
     attrs: dict[str, Any] = {"config": config_json, "state": outcome.state.value, "software": tag}
     if outcome.message:
         attrs["message"] = outcome.message[:2000]
@@ -163,11 +163,7 @@ def _attrs(config_json: dict, outcome: Outcome, tag: str) -> dict[str, Any]:
                      p80_us=outcome.timing.p80_us)
     if outcome.trial_id is not None:
         attrs["ln_trial_id"] = outcome.trial_id
-    return attrs
-
-
-def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str) -> None:
-    for name, value in _attrs(config_json, outcome, tag).items():
+    for name, value in attrs.items():
         trial.set_user_attr(name, value)
     if outcome.ok:
         study.tell(trial, outcome.timing.p50_us)
@@ -203,10 +199,6 @@ def enqueue_warm_starts(study: optuna.Study, space: SearchSpace, configs: Sequen
     return count
 
 
-def _params_key(trial: optuna.Trial) -> str:
-    return repr(sorted(trial.params.items()))
-
-
 def _values_key(values: dict) -> str:
     return repr(sorted(values.items()))
 
@@ -220,7 +212,7 @@ class StudyLoop:
         self.settings, self.tag, self.label = settings, tag, label
         self.result = StudyResult(study.study_name, previous_results(study, space, tag))
         finished = study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL))
-        self.seen = {_params_key(t) for t in finished}
+        self.seen = {_values_key(t.params) for t in finished}
         self.invalid = {_values_key(t.user_attrs["config"]) for t in finished
                         if t.user_attrs.get("state") == TrialState.INVALID.value}
 
@@ -275,7 +267,7 @@ class StudyLoop:
             heartbeat.add(trial)  # from now on a dead sweep's trial is found stale
             self.result.asked += 1
             values = suggest(self.space, trial)
-            self.seen.add(_params_key(trial))
+            self.seen.add(_values_key(trial.params))
             try:
                 config = self.space.config(values)
             except InvalidConfig as exc:
@@ -290,8 +282,8 @@ class StudyLoop:
         return batch, repeats
 
     def _tell_invalid(self, trial: optuna.Trial, values: dict, reason: str) -> None:
-        first = _values_key(values) not in self.invalid
-        self.invalid.add(_values_key(values))
+        first = (key := _values_key(values)) not in self.invalid
+        self.invalid.add(key)
         outcome = self.evaluator.invalid(values, reason) if first else Outcome(TrialState.INVALID, reason)
         _tell(self.study, trial, values, outcome, self.tag)
 

@@ -112,9 +112,7 @@ def _attn_inputs(rows, cols, gen):
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("gelu_scale_bias", gelu_scale_bias,
-             lambda r, c, g: (_randn(g, r, c), _randn(g, c), _randn(g, c)),
-             _sizes((32768, 8192), (8192, 4096)), "gelu(x*s+b)"),
+    Workload("gelu_scale_bias", gelu_scale_bias, _rows_wb, _sizes((32768, 8192), (8192, 4096)), "gelu(x*s+b)"),
     Workload("softmax", softmax, _rows, _sizes((32768, 4096), (8192, 2048)), "softmax(x, -1)"),
     Workload("layernorm", layernorm, _rows_wb, _sizes((32768, 4096), (8192, 2048)),
              "layer_norm(x, (C,), w, b)"),

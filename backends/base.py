@@ -81,6 +81,13 @@ def software_versions(**extra: Any) -> dict[str, Any]:
     return {"torch": str(torch.__version__), "python": platform.python_version(), **extra}
 
 
+def codegen_sources(backend_folder: Path) -> tuple[Path, ...]:
+    """What decides a backend's generated code besides the kernel's IR: its folder, the shared
+    emitter, and the semantics of the IR's ops and reductions it renders."""
+    ir = Path(__file__).parents[1] / "ir"
+    return backend_folder, Path(__file__).parent / "emitter.py", ir / "ops.py", ir / "reductions.py"
+
+
 @functools.cache
 def source_digest(*folders: Path) -> str:
     """A digest of the Python sources under ``folders``: a backend's codegen version.

@@ -34,14 +34,12 @@ class IndexPrinter:
         return " + ".join(parts)
 
     def _atom(self, a) -> str:
-        if isinstance(a, (Var, Sym)):
+        if isinstance(a, (Var, Sym, Indirect)):
             return self.atom_name(a)
         if isinstance(a, FloorDiv):
             return f"(({self(a.num)}) {self.div} ({self(a.den)}))"
         if isinstance(a, Mod):
             return f"(({self(a.num)}) {self.mod} ({self(a.den)}))"
-        if isinstance(a, Indirect):
-            return self.atom_name(a)
         raise TypeError(f"unknown index atom {a!r}")
 
 

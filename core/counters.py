@@ -17,8 +17,5 @@ class Counters(Counter):
         self.clear()
         self.update({k: 0 for k in KEYS})
 
-    def __missing__(self, key):
-        return 0
-
 
 counters = Counters()

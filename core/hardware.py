@@ -62,10 +62,8 @@ class HardwareInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, fingerprint included."""
-        return {
-            "kind": str(self.kind), "name": self.name, "capability": self.capability,
-            "cores": self.cores, "memory_bytes": self.memory_bytes, "fingerprint": self.fingerprint,
-        }
+        return {"kind": str(self.kind), "name": self.name, "capability": self.capability,
+                "cores": self.cores, "memory_bytes": self.memory_bytes, "fingerprint": self.fingerprint}
 
 
 def this_cpu() -> HardwareInfo:
@@ -82,10 +80,8 @@ def cpu_hardware(cpuinfo: str, meminfo: str, cores: int) -> HardwareInfo:
         flags.add("amx")  # amx_tile, amx_bf16, amx_int8: one capability for codegen
     present = [flag for flag in CPU_ISA_FLAGS if flag in flags]
     mem_kib = _colon_fields(meminfo).get("MemTotal", "0 kB").split()[0]
-    return HardwareInfo(
-        kind=HardwareKind.CPU, name=name, capability=",".join(present), cores=cores,
-        memory_bytes=int(mem_kib) * 1024,
-    )
+    return HardwareInfo(kind=HardwareKind.CPU, name=name, capability=",".join(present), cores=cores,
+                        memory_bytes=int(mem_kib) * 1024)
 
 
 @functools.cache

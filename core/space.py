@@ -84,9 +84,8 @@ class SearchSpace:
     def contains(self, config: Config) -> bool:
         """True if ``config`` is a valid point: its knobs are choices and its fixed fields match."""
         data = config.to_json()
-        if any(data.get(name) != value for name, value in self.fixed.items()):
-            return False
-        if any(data[k.name] not in k.choices for k in self.knobs):
+        if any(data.get(name) != value for name, value in self.fixed.items()) or any(
+                data[k.name] not in k.choices for k in self.knobs):
             return False
         try:
             return self.config(self.values(config)) == config

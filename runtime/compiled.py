@@ -132,7 +132,7 @@ class CompiledGraph:
         check_count(self.name, [b.name for b in self.inputs], args, "tensors")
         env: dict[str, int] = {}
         for b, t in zip(self.inputs, args):
-            check_tensor(b.name, t, b.dtype.torch, len(b.sizes), _shape(b.sizes))
+            check_tensor(b.name, t, b.dtype.torch, len(b.sizes), f"({', '.join(map(str, b.sizes))})")
             if t.device.type != self.device:
                 raise InputError(f"argument {b.name!r} is on {t.device}, the graph was compiled for "
                                  f"{self.device}")
@@ -157,7 +157,6 @@ class CallPlan:
 
     def __init__(self, graph: CompiledGraph, env: dict[str, int]):
         self.env = env
-        device = graph.device
         self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
                              [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, poison_value(b.dtype.torch))
                             for b in graph.allocations]
@@ -172,7 +171,7 @@ class CallPlan:
         self.decls = graph.graph.buffers
         self.inputs = [b.name for b in graph.inputs]
         self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]
-        self.device = device
+        self.device = graph.device
         _warm_up([run.warmup for run, _ in self.steps if hasattr(run, "warmup")])
 
     def run(self, args: Sequence[torch.Tensor], poison: bool) -> tuple:
@@ -201,9 +200,7 @@ def _bind(launch, env: dict[str, int]):
     """``launch`` with the symbol values fixed: its own ``bind`` when it has one (precomputed grids
     and arguments), else a plain call (launchers swapped in by the autotuner, tests)."""
     bind = getattr(launch, "bind", None)
-    if bind is not None:
-        return bind(env)
-    return lambda buffers: launch(buffers, env)
+    return bind(env) if bind is not None else lambda buffers: launch(buffers, env)
 
 
 _WARMUP_POOL: ThreadPoolExecutor | None = None
@@ -245,10 +242,6 @@ def _as_view(t: torch.Tensor, spec: tuple) -> torch.Tensor:
     if offset == 0 and t.shape == sizes and t.stride() == strides:
         return t
     return t.as_strided(sizes, strides, t.storage_offset() + offset)
-
-
-def _shape(sizes) -> str:
-    return "(" + ", ".join(str(s) for s in sizes) + ")"
 
 
 def _bindings(inputs: list[Buffer]) -> list[_Binding]:

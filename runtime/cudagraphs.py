@@ -45,10 +45,8 @@ class CudaGraphRunner:
         return type(out)(out) if isinstance(out, (list, tuple)) else out
 
     def _capture(self, args: Sequence[torch.Tensor]) -> None:
-        self.static_inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+        self.static_inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
                               for a in args]
-        for static, arg in zip(self.static_inputs, args):
-            static.copy_(arg)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):

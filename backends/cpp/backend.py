@@ -13,17 +13,14 @@ from ...core.hardware import HardwareInfo, HardwareKind, compiler_version, this_
 from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
 from ...scheduler.kernel import Kernel, signature
-from ..base import Artifact, software_versions, source_digest
+from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import compile as cc
 from .codegen import generate
 from .ops import PRELUDE, simd_declarations
 from .params import CppConfig, config_from_json
 from .space import search_space
 
-# What decides the generated code besides the kernel's IR: the backend, the shared emitter, and the
-# semantics of the IR's ops and reductions it renders.
-CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parents[1] / "emitter.py",
-                   Path(__file__).parents[2] / "ir" / "ops.py", Path(__file__).parents[2] / "ir" / "reductions.py")
+CODEGEN_SOURCES = codegen_sources(Path(__file__).parent)
 
 
 class CppBackend:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
+from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, loads, walk
 from ...ir.index import Index, Indirect, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, signature
@@ -110,10 +110,6 @@ def generate(kernel: Kernel, config: CppConfig) -> str:
     return KernelWriter(kernel, config).write()
 
 
-def _var_name(v: Index) -> str:
-    return v.terms[0][0][0].name
-
-
 def reduces_outer_dim(kernel: Kernel) -> bool:
     """True when loads are contiguous along the last row variable rather than a reduced one.
 
@@ -122,11 +118,11 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
     """
     if not kernel.pdomain or not kernel.reductions:
         return False
-    last_p = kernel.pvars()[-1].terms[0][0][0]
-    rvars = {v.terms[0][0][0] for v in kernel.rvars()}
+    last_p = as_var(kernel.pvars()[-1])
+    rvars = {as_var(v) for v in kernel.rvars()}
     votes = 0
     for e in kernel.expressions():
-        for ld in (n for n in walk(e) if isinstance(n, Load)):
+        for ld in loads(e):
             flat = kernel.buffers[ld.buffer].layout.flat_index(ld.index)
             unit = {m[0] for m, c in flat.terms if len(m) == 1 and c == 1}
             votes += 1 if last_p in unit else (-1 if unit & rvars else 0)
@@ -177,7 +173,7 @@ class KernelWriter:
         for n, (v, size) in enumerate(zip(vars_, sizes)):
             if n == len(vars_) - 1 and inner_pragma:
                 self.out(indent, inner_pragma)
-            name = _var_name(v)
+            name = as_var(v).name
             self.out(indent, f"for (int64_t {name} = 0; {name} < {self.c(size)}; ++{name}) {{")
             indent += "  "
         return indent
@@ -283,7 +279,7 @@ class KernelWriter:
         clauses = [c for a in mine for c in (a.simd_clauses() or ["-"])]
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
-        r0 = _var_name(rv[0])
+        r0 = as_var(rv[0]).name
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
         self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
@@ -301,7 +297,7 @@ class KernelWriter:
         mine, stores = self.phase_parts(phase, accs)
         for a in mine:
             self.out(indent, *a.declare(lanes))
-        r0 = _var_name(self.k.rvars()[0])
+        r0 = as_var(self.k.rvars()[0]).name
         self.out(indent, f"for (int64_t rc_ = {lo}; rc_ < {hi}; rc_ += {lanes}) {{",
                  f"  const int64_t w_ = std::min<int64_t>({lanes}, {hi} - rc_);",
                  "  #pragma omp simd",
@@ -320,7 +316,7 @@ class KernelWriter:
     # -- columns: each thread owns chunks of adjacent columns ------------------------------------------
     def columns(self) -> None:
         pv, sizes = self.k.pvars(), list(self.k.pdomain)
-        last, width = _var_name(pv[-1]), self.cfg.chunk
+        last, width = as_var(pv[-1]).name, self.cfg.chunk
         self.parallel_for(len(pv))
         indent = self.open_loops(pv[:-1], sizes[:-1], "  ")
         self.out(indent, f"for (int64_t c_ = 0; c_ < ({self.c(sizes[-1])} + {width - 1}) / {width}; ++c_) {{")

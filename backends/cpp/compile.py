@@ -69,7 +69,6 @@ def build(source: str, timeout: float | None = None) -> Path:
             counters["code_cache_hits"] += 1
             return path
         log.warning("loopnest: cached library %s does not match its checksum; rebuilding it", path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     src_path = atomic_write(path.with_suffix(".cpp"), source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)

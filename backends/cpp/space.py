@@ -37,8 +37,7 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
     """The knobs that matter for ``kernel`` on ``hardware``; the rest fixed at their defaults."""
     default = CppConfig()
     knobs = [Knob("threads", thread_choices(hardware.cores))]
-    has_loop_schedule = not (kernel.reductions and not kernel.pdomain)
-    if has_loop_schedule:
+    if not (kernel.reductions and not kernel.pdomain):  # full reductions split by hand: no loop schedule
         one_d = not kernel.reductions and len(kernel.pdomain) == 1
         knobs += [Knob("schedule", SCHEDULES, ordered=False),
                   Knob("grain", ELEMENT_GRAINS if one_d else ROW_GRAINS)]

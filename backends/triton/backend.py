@@ -16,7 +16,7 @@ from ...core.hardware import TOOL_TIMEOUT_S, HardwareInfo, HardwareKind, this_cp
 from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
 from ...scheduler.kernel import Kernel
-from ..base import Artifact, software_versions, source_digest
+from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import settings as triton_settings
 from .codegen import Program, generate
 from .compile import Launcher, load_module, module_path
@@ -24,10 +24,7 @@ from .heuristics import default_config
 from .params import TritonConfig, config_from_json
 from .space import search_space
 
-# What decides the generated code besides the kernel's IR: the backend, the shared emitter, and the
-# semantics of the IR's ops and reductions it renders.
-CODEGEN_SOURCES = (Path(__file__).parent, Path(__file__).parents[1] / "emitter.py",
-                   Path(__file__).parents[2] / "ir" / "ops.py", Path(__file__).parents[2] / "ir" / "reductions.py")
+CODEGEN_SOURCES = codegen_sources(Path(__file__).parent)
 
 
 class TritonBackend:

@@ -58,25 +58,23 @@ def _contains(e: Index, part: Index) -> bool:
     return part.const == 0 and all(terms.get(m) == c for m, c in part.terms)
 
 
+def _fold_once(e: Index) -> Index | None:
+    """``e`` with the first foldable ``(a // d) * d * k + (a % d) * k`` folded, else None."""
+    for m, c in e.terms:
+        for atom in (a for a in m if isinstance(a, Mod)):
+            rest = list(m)
+            rest.remove(atom)
+            k = product(Index.of(a) for a in rest) * c
+            quotient = floordiv(atom.num, atom.den) * atom.den * k
+            if _contains(e, quotient):
+                return e - quotient - Index.of(atom) * k + atom.num * k
+    return None
+
+
 def fold_divmod(e: Index) -> Index:
     """Rewrite ``(a // d) * d * k + (a % d) * k`` as ``a * k`` wherever both halves occur."""
-    changed = True
-    while changed:
-        changed = False
-        for m, c in e.terms:
-            for atom in m:
-                if not isinstance(atom, Mod):
-                    continue
-                rest = list(m)
-                rest.remove(atom)
-                k = product(Index.of(a) for a in rest) * c
-                quotient = floordiv(atom.num, atom.den) * atom.den * k
-                if _contains(e, quotient):
-                    e = e - quotient - Index.of(atom) * k + atom.num * k
-                    changed = True
-                    break
-            if changed:
-                break
+    while (folded := _fold_once(e)) is not None:
+        e = folded
     return e
 
 

@@ -76,8 +76,7 @@ class TritonConfig:
     @staticmethod
     def from_json(data: dict) -> "TritonConfig":
         """Validate and build a config from stored JSON (unknown keys are an error)."""
-        known = {f.name for f in fields(TritonConfig)}
-        unknown = set(data) - known
+        unknown = set(data) - {f.name for f in fields(TritonConfig)}
         if unknown:
             raise ValueError(f"unknown Triton config keys: {sorted(unknown)}")
         return TritonConfig(**data)

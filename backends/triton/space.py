@@ -31,11 +31,8 @@ MAX_RBLOCK = 1 << 16
 
 
 def _pow2_range(lo: int, hi: int) -> tuple[int, ...]:
-    out, v = [], lo
-    while v <= hi:
-        out.append(v)
-        v *= 2
-    return tuple(out)
+    """The powers of two from ``lo`` (itself one) up to ``hi``."""
+    return tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length()))
 
 
 def _with(choices: tuple, value) -> tuple:
