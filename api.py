@@ -35,8 +35,10 @@ def compile_options(backend: str | None = None, tune: str = "db", tuning: dict |
     """Options from what a user writes: ``backend`` "cpp", "triton" or None (by the inputs'
     device); ``tune`` "off" (heuristics), "db" (stored winners) or "sweep" (tune what the tuning
     DB lacks); ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
-    if backend is not None and backend not in registry.names():
-        raise ValueError(f"loopnest: backend must be one of {registry.names()}, got {backend!r}")
+    try:
+        chosen = registry.get(backend) if backend is not None else None
+    except ValueError as exc:
+        raise ValueError(f"loopnest: {exc}") from None
     if backend == "triton" and not settings.current().triton_interpret and not torch.cuda.is_available():
         raise ValueError("loopnest: backend 'triton' needs a CUDA GPU and none is visible; set TRITON_INTERPRET=1 "
                          "to run Triton kernels on the CPU in Triton's interpreter (slow: for tests)")
@@ -47,8 +49,7 @@ def compile_options(backend: str | None = None, tune: str = "db", tuning: dict |
         tuner = tuner_for(tune, tune_settings)
     except ValueError as exc:
         raise ValueError(f"loopnest: {exc}") from None
-    return CompileOptions(backend=registry.get(backend) if backend else None, tuner=tuner, recorder=recorder,
-                          cudagraphs=cudagraphs)
+    return CompileOptions(backend=chosen, tuner=tuner, recorder=recorder, cudagraphs=cudagraphs)
 
 
 def compile_fx(gm, example_inputs: Sequence | None = None, backend: str | None = None, tune: str = "db",

@@ -86,13 +86,14 @@ def cpu_hardware(cpuinfo: str, meminfo: str, cores: int) -> HardwareInfo:
 
 @functools.cache
 def compiler_version(compiler: str) -> str | None:
-    """``<compiler> <version>`` from ``-dumpfullversion`` (cached), or None if it does not run."""
+    """The first line of ``<compiler> --version`` (cached), or None if it does not run: the C++
+    backend keys its code cache on it and records it with every winner, so both follow ``$CXX``."""
     try:
-        out = subprocess.run([compiler, "-dumpfullversion"], capture_output=True, text=True,
-                             timeout=TOOL_TIMEOUT_S, check=True).stdout.strip()
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             timeout=TOOL_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return f"{Path(compiler).name} {out}"
+    return out.splitlines()[0].strip() if out.strip() else None
 
 
 def _colon_fields(text: str) -> dict[str, str]:

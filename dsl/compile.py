@@ -22,13 +22,14 @@ class CompiledFunction:
                  name: str):
         self.outputs = list(outputs)
         self.inputs = list(inputs)
+        self.input_names = [t.src.name for t in self.inputs]
         self.backend = backend
         self.single = single
         self.name = name
         self.specializations: dict[tuple, CompiledGraph] = {}
 
     def __call__(self, *args):
-        check_count(self.name, [t.src.name for t in self.inputs], args, "tensors")
+        check_count(self.name, self.input_names, args, "tensors")
         key = tuple(_stride_key(t, a) for t, a in zip(self.inputs, args))
         compiled = self.specializations.get(key)
         if compiled is None:

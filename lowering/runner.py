@@ -69,7 +69,8 @@ class LoweredGraph:
         if len(args) != p.num_args:
             raise InputError(f"{self.stats.name}: the graph takes {p.num_args} arguments, got {len(args)}")
         for ti in p.tensor_inputs:
-            check_tensor(f"{ti.position} ({ti.tensor.src.name[3:]}) of {self.stats.name}", args[ti.position])
+            if not isinstance(args[ti.position], torch.Tensor):  # the message is built only on failure
+                check_tensor(f"{ti.position} ({ti.tensor.src.name[3:]}) of {self.stats.name}", args[ti.position])
 
 
 class BoxedGraph:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import logging
 import os
@@ -13,6 +12,7 @@ from pathlib import Path
 from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
+from ...core.hardware import compiler_version
 from .ops import has_libmvec
 
 log = logging.getLogger("loopnest")
@@ -30,16 +30,12 @@ class CompileTimeout(CompileError, TimeoutError):
     """g++ ran longer than the caller allowed and was killed."""
 
 
-@functools.lru_cache(maxsize=None)
-def compiler_banner(cxx: str) -> str:
-    """``$CXX --version`` first line (part of the cache key)."""
-    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
-    return out.stdout.splitlines()[0]
-
-
 def library_path(source: str, cxx: str) -> Path:
     """Where the library built from ``source`` by ``cxx`` lives in the cache."""
-    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), compiler_banner(cxx))).encode()).hexdigest()
+    version = compiler_version(cxx)
+    if version is None:
+        raise CompileError(f"the C++ compiler {cxx!r} does not run; install it or point CXX at one that does")
+    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), version)).encode()).hexdigest()
     return settings.cache_dir("cpp") / key[:2] / f"{key}.so"
 
 

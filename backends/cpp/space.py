@@ -13,7 +13,7 @@ from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .codegen import reduces_outer_dim
-from .params import SCHEDULES, CppConfig
+from .params import SCHEDULES, CppConfig, config_from_json
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (8, 16, 32, 64, 128, 256)
@@ -47,4 +47,4 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("chunk", CHUNKS))
     tuned = {k.name for k in knobs}
     fixed = {name: value for name, value in default.to_json().items() if name not in tuned}
-    return SearchSpace("cpp", lambda data: CppConfig.from_json(data, hardware.cores), tuple(knobs), fixed)
+    return SearchSpace("cpp", lambda data: config_from_json(data, hardware), tuple(knobs), fixed)
