@@ -1,0 +1,113 @@
+"""Whole models side by side: eager, Inductor and loopnest, in inference, on one device.
+
+For each model of ``model_zoo``: cold compile time (the first call, with empty code caches) of
+Inductor and loopnest, the largest difference from eager, then the time per call of back-to-back
+calls (synchronized at the end of each round on CUDA), interleaved round by round so a shared
+machine's noise hits every column alike. Prints one markdown table and the geometric means of the
+speedups over eager. ``cpu_models.py`` and ``gpu_models.py`` are the entry points.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from model_zoo import MODELS, instantiate
+
+torch._dynamo.config.recompile_limit = 64
+torch._inductor.config.fx_graph_cache = False
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def cold_call(fn, args, device: str) -> tuple[object, float]:
+    """(output, seconds) of the first call of a compiled function (the compile included)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    _sync(device)
+    return out, time.perf_counter() - t0
+
+
+def per_call_us(fn, args, device: str, calls: int) -> float:
+    """Microseconds per call over ``calls`` back-to-back calls."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    _sync(device)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def calls_for(fn, args, device: str, target_s: float = 0.05) -> int:
+    """How many calls fill about ``target_s`` seconds (at least 3)."""
+    one = per_call_us(fn, args, device, 3) * 1e-6
+    return max(3, int(target_s / max(one, 1e-7)))
+
+
+def run_model(name: str, device: str, rounds: int, variants: dict[str, dict]) -> dict:
+    """Times and cold compiles of ``name`` for eager, Inductor and each loopnest variant."""
+    model, args = instantiate(name, device)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expect = model(*args)
+        fns = {"eager": model}
+        cold, error = {}, {}
+        compiled = {"inductor": torch.compile(model)}
+        compiled.update({k: torch.compile(model, backend="loopnest", options=o) for k, o in variants.items()})
+        for key, fn in compiled.items():
+            got, cold[key] = cold_call(fn, args, device)
+            error[key] = (got.float() - expect.float()).abs().max().item()
+            fns[key] = fn
+        for fn in fns.values():
+            for _ in range(3):
+                fn(*args)
+        _sync(device)
+        counts = {k: calls_for(fn, args, device) for k, fn in fns.items()}
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(rounds):
+            for key, fn in fns.items():
+                times[key].append(per_call_us(fn, args, device, counts[key]))
+    return {"name": name, "us": {k: statistics.median(v) for k, v in times.items()}, "cold": cold, "error": error}
+
+
+def geomean(values) -> float:
+    """Geometric mean of positive numbers."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def main(device: str, variants: dict[str, dict], describe: str) -> None:
+    """Parse the command line, run every model, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("models", nargs="*", default=list(MODELS))
+    parser.add_argument("--rounds", type=int, default=7)
+    opts = parser.parse_args()
+    unknown = sorted(set(opts.models) - set(MODELS))
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(MODELS)}")
+    print(f"# models on {describe}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"median of {opts.rounds} rounds")
+    names = ["eager", "inductor", *variants]
+    print("| model | " + " | ".join(f"{k} µs" for k in names) + " | "
+          + " | ".join(f"{k} / eager" for k in names[1:]) + " | inductor cold s | "
+          + " | ".join(f"{k} cold s" for k in variants) + " | max error (ind / ours) |")
+    print("|---" * (2 * len(names) + len(variants) + 2) + "|")
+    rows = []
+    for name in opts.models:
+        r = run_model(name, device, opts.rounds, variants)
+        rows.append(r)
+        us, cold = r["us"], r["cold"]
+        speed = [us["eager"] / us[k] for k in names[1:]]
+        errors = " / ".join(f"{r['error'][k]:.1e}" for k in ("inductor", *variants))
+        print(f"| {name} | " + " | ".join(f"{us[k]:.0f}" for k in names) + " | "
+              + " | ".join(f"{s:.2f}x" for s in speed) + f" | {cold['inductor']:.1f} | "
+              + " | ".join(f"{cold[k]:.2f}" for k in variants) + f" | {errors} |", flush=True)
+    print()
+    for key in names[1:]:
+        print(f"geomean speedup over eager, {key}: {geomean(r['us']['eager'] / r['us'][key] for r in rows):.2f}x; "
+              f"total cold compile {sum(r['cold'][key] for r in rows):.1f} s")
