@@ -175,3 +175,60 @@ class Winner(Base):
         ForeignKey("ln_trials.id", ondelete="SET NULL")
     )
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)  # time measured
+
+
+class RequestState(enum.StrEnum):
+    """Where a tuning request is: waiting, leased by a worker, or finished one way or another."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+REQUEST_STATE_TYPE = Enum(
+    RequestState, name="ln_request_state", native_enum=False, length=16,
+    values_callable=lambda states: [s.value for s in states],
+)
+
+
+class TuneRequest(Base):
+    """A kernel to tune, as data: its IR text, sizes, dtypes, target hardware and budget.
+
+    ``active_key`` is the coalescing key while the request is pending or running and NULL once it
+    is finished, so a unique constraint keeps one live request per key. A running request holds
+    a lease (``owner`` until ``lease_until``) that its worker's heartbeats extend.
+    """
+
+    __tablename__ = "ln_requests"
+    __table_args__ = (
+        UniqueConstraint("active_key", name="uq_ln_requests_active_key"),
+        Index("ix_ln_requests_claim", "state", "priority", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    active_key: Mapped[str | None] = mapped_column(String(512))
+    kernel_hash: Mapped[str] = mapped_column(String(128))
+    backend: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(256))
+    ir_text: Mapped[str] = mapped_column(Text)
+    sizes: Mapped[list[Any]] = mapped_column(CheckedJSON)
+    dtypes: Mapped[list[Any]] = mapped_column(CheckedJSON)
+    symbols: Mapped[dict[str, Any]] = mapped_column(CheckedJSON)  # symbolic size -> value
+    hardware_kind: Mapped[str] = mapped_column(String(16))
+    hardware_fingerprint: Mapped[str | None] = mapped_column(String(64))  # NULL: any of the kind
+    hardware_capability: Mapped[str | None] = mapped_column(String(64))   # e.g. sm_90, avx512f
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    trials: Mapped[int] = mapped_column(Integer)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[RequestState] = mapped_column(REQUEST_STATE_TYPE)
+    owner: Mapped[str | None] = mapped_column(String(256))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime)
+    requested_by: Mapped[str] = mapped_column(String(256))
+    study: Mapped[str | None] = mapped_column(String(512))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)

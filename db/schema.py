@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-HEAD = "ln0001"  # the newest revision in migrations/versions (tests/test_db.py checks it)
+HEAD = "ln0002"  # the newest revision in migrations/versions (tests/test_db.py checks it)
 VERSION_TABLE = "ln_alembic_version"
 TABLE_PREFIX = "ln_"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
