@@ -22,7 +22,8 @@ from loopnest.backends.triton import settings as triton_settings
 from loopnest.backends.triton.compile import compile_ahead, load_module
 from loopnest.backends.triton.indexing import transposed_split
 from loopnest.backends.triton.launch import static_kernel, static_launcher_class
-from loopnest.backends.triton.params import Strategy, TritonConfig, next_pow2
+from loopnest.backends.triton.heuristics import H200_SMS
+from loopnest.backends.triton.params import SPLIT_STRATEGIES, Strategy, TritonConfig, next_pow2
 from loopnest.core import settings
 from loopnest.dsl.functions import apply
 from loopnest.ir.index import product
@@ -86,8 +87,12 @@ def split(xblock=1, rblock=4, parts=3):
     return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy="split", SPLIT=parts)
 
 
+def split_sync(xblock=1, rblock=4, parts=3):
+    return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy="split_sync", SPLIT=parts)
+
+
 STRATEGIES = {"persistent": persistent(), "persistent1": persistent(1), "looped": looped(), "looped1": looped(1, 16),
-              "split": split(), "split2": split(2, 8, 4)}
+              "split": split(), "split2": split(2, 8, 4), "split_sync": split_sync(2, 8, 3)}
 
 
 def test_backend_device_follows_interpreter_mode():
@@ -277,7 +282,7 @@ def _check_heuristic(kernel, cfg: TritonConfig) -> None:
     """What a default config must satisfy, whatever the thresholds of backends/triton/heuristics.py."""
     rows = product(kernel.pdomain).as_int() if kernel.pdomain else 1
     row = product(kernel.rdomain).as_int() if kernel.reductions else None
-    assert (cfg.strategy is Strategy.SPLIT) == (cfg.SPLIT > 1)
+    assert (cfg.strategy in SPLIT_STRATEGIES) == (cfg.SPLIT > 1)
     if not kernel.reductions:
         assert cfg.RBLOCK == 1 and cfg.SPLIT == 1
         assert (cfg.YBLOCK > 1) == (transposed_split(kernel) is not None), "2D tiles exactly for transposes"
@@ -288,8 +293,11 @@ def _check_heuristic(kernel, cfg: TritonConfig) -> None:
         assert row is not None and row <= cfg.RBLOCK < 2 * row
     elif cfg.strategy is Strategy.LOOPED:  # more than one step
         assert row is None or cfg.RBLOCK < row
-    else:  # full reductions only; every program gets at least one full block
+    elif cfg.strategy is Strategy.SPLIT:  # full reductions only; every program gets at least one full block
         assert not kernel.pdomain and (row is None or cfg.RBLOCK * cfg.SPLIT <= row)
+    else:  # split_sync: rows; no program with an empty slice, all programs of a row on an H200 at once
+        chunk = -(-row // (cfg.SPLIT * cfg.RBLOCK)) * cfg.RBLOCK
+        assert kernel.pdomain and (cfg.SPLIT - 1) * chunk < row and cfg.SPLIT <= H200_SMS
     if kernel.pdomain:
         assert rows is None or cfg.XBLOCK <= next_pow2(rows), "no program of only masked rows"
     else:
@@ -334,6 +342,8 @@ def _gpu_cases():
         "welford_arg_prod_split": ([ln.var_mean(x, 1)[0], ln.argmax(x, 1), ln.prod(x, 1)], [a],
                                    split(2, 8, 4)),
         "full_reduction": ([ln.sum(x), ln.argmin(x), ln.any(x > 0)], [a], split(1, 32, 8)),
+        "softmax_split_sync": (softmax(x), [a], split_sync(2, 16, 3)),
+        "welford_arg_split_sync_looped": ([ln.var_mean(x, 1)[0], ln.argmax(x, 1)], [a], split_sync(1, 4, 3)),
         "transpose_gather": ([ln.permute(x, 1, 0) * 2, ln.gather(x, 1, i)], [a, ia], None),
         "bf16": (ln.cast(yf / ln.sum(yf, 1, keepdim=True), ln.bfloat16), [b], looped(2, 32)),
         "bf16_fast_tanh": (ln.cast(ln.tanh(yf) * 0.5, ln.bfloat16), [b], None),

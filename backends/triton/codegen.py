@@ -10,7 +10,11 @@ kernel so profilers show ``ln_softmax_0``):
   accumulators carried as lanes);
 * *split* reductions (full reductions, or few long rows): per phase, ``NAME_split{k}`` writes one
   partial state per (row, program) to a workspace and ``NAME_combine{k}`` merges them; finished
-  values go to small workspaces that later phases read.
+  values go to small workspaces that later phases read;
+* *split_sync* rows (long rows, few rows): one launch whose programs split each row and exchange
+  partial states through a barrier after each phase, so a program's slice stays on chip (or in
+  L2) from the first phase to the last. Triton's interpreter runs programs one after another, so
+  there (no program could wait for a later one) split_sync configs run as split.
 
 Every function takes the buffers' data pointers, then the symbolic sizes, then workspaces, then
 its constexpr block sizes and ``IDX64`` (int64 index arithmetic when some buffer has 2**31
@@ -29,7 +33,7 @@ from .emit import KernelContext, TritonEmitter, identifier
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for
 from .ops import tl_type
-from .params import Strategy, TritonConfig, next_pow2
+from .params import SPLIT_STRATEGIES, Strategy, TritonConfig, next_pow2
 from .reductions import TritonAccumulator
 from .settings import TritonSettings
 
@@ -56,11 +60,13 @@ class Arg:
 
 @dataclass(frozen=True)
 class Workspace:
-    """Scratch memory a launch plan needs (partials and finished values of split reductions)."""
+    """Scratch memory a launch plan needs (partials and finished values of split reductions,
+    arrival counters of split_sync kernels: those start at zero)."""
 
     name: str
     dtype: torch.dtype
     numel: Index
+    zeroed: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,8 +106,8 @@ def _cdiv(n: Index, block: int) -> Index:
 def check_config(kernel: Kernel, config: TritonConfig) -> None:
     """Raise ValueError if ``config`` cannot run ``kernel``."""
     if not kernel.reductions:
-        if config.strategy is Strategy.SPLIT:
-            raise ValueError(f"{kernel.name} is pointwise; the split strategy needs a reduction")
+        if config.strategy in SPLIT_STRATEGIES:
+            raise ValueError(f"{kernel.name} is pointwise; the {config.strategy.value} strategy needs a reduction")
         return
     if config.YBLOCK != 1:
         raise ValueError(f"{kernel.name} is a reduction; YBLOCK (2D pointwise tiles) must be 1")
@@ -135,7 +141,9 @@ class _Generator:
     def program(self) -> Program:
         if not self.k.reductions:
             self._pointwise()
-        elif self.cfg.strategy is Strategy.SPLIT:
+        elif self.cfg.strategy is Strategy.SPLIT_SYNC and not self.settings.interpret:
+            self._split_sync()
+        elif self.cfg.strategy in SPLIT_STRATEGIES:  # the interpreter runs programs one by one
             self._split()
         else:
             self._rows(self.cfg.strategy is Strategy.PERSISTENT)
@@ -249,18 +257,24 @@ class _Generator:
             em.line("rindex = rbase")
             self._masks(em, axes[1:])
         for phase in range(k.num_phases):
-            accs = [a for a in self._accumulators() if a.r.level == phase]
-            stores = [s for s in k.elem_stores if s.phase == phase]
-            if persistent:
-                self._block_phase(em, accs, stores)
-            else:
-                self._loop_phase(em, accs, stores, "0", "rnumel")
+            accs = self._phase(em, phase, persistent, "0", "rnumel")
             for acc in accs:
                 self._publish(em, acc)
         for st in k.row_stores:
             em.store(st.buffer, st.index, st.value, frozenset({"x"}), _ROW)
         constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK)]
         self._function(k.name, ctx, lines, constexprs, [], _cdiv(self.xnumel, cfg.XBLOCK))
+
+    def _phase(self, em: TritonEmitter, phase: int, whole: bool, start: str, end: str) -> list:
+        """Reductions and element stores of ``phase`` over one block (``whole``) or a loop over
+        ``[start, end)``; returns the phase's accumulators."""
+        accs = [a for a in self._accumulators() if a.r.level == phase]
+        stores = [s for s in self.k.elem_stores if s.phase == phase]
+        if whole:
+            self._block_phase(em, accs, stores)
+        else:
+            self._loop_phase(em, accs, stores, start, end)
+        return accs
 
     @staticmethod
     def _rbase(em: TritonEmitter) -> None:
@@ -330,6 +344,66 @@ class _Generator:
             names.append(name)
         return names
 
+    # -- rows split across programs that wait for each other -----------------------------------
+    def _split_sync(self) -> None:
+        """One launch: the ``SPLIT`` consecutive programs of a row block each reduce their slice,
+        publish partial states, meet at a barrier (an arrival counter per row block) and all reduce
+        the partials themselves, then go on to the next phase over the same slice. A slice of one
+        block stays in registers across phases; a longer one is read again from L2 (all programs
+        in flight hold about ``programs x slice`` bytes). Programs only wait for programs of
+        their own row block, which are dispatched together: no deadlock while SPLIT programs fit
+        on the GPU at once (``space`` bounds SPLIT by the multiprocessors)."""
+        cfg, k = self.cfg, self.k
+        axes = self._row_axes()
+        ctx = self._context(axes, {"r"} | ({"x"} if not _divides(self.xnumel, cfg.XBLOCK) else set()))
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        self._slice(em, axes)
+        self._sindex(em)
+        rows = _cdiv(self.xnumel, cfg.XBLOCK)
+        self.workspaces.append(Workspace("ws_arrived", torch.int32, rows, zeroed=True))
+        em.line("arrived_ptr = ws_arrived + pid // SPLIT")
+        rnumel = self.rnumel.as_int()
+        whole = rnumel is not None and rnumel <= cfg.SPLIT * cfg.RBLOCK  # one block per slice
+        if whole:
+            em.line("rindex = rstart + rbase")
+            self._masks(em, axes[1:], {"r": "rend"})
+        workspaces, barriers = ["ws_arrived"], 0
+        for phase in range(k.num_phases):
+            accs = self._phase(em, phase, whole, "rstart", "rend")
+            if not accs:
+                continue
+            partial = self._partial_workspaces(accs)
+            workspaces += [w for acc in accs for w in partial[acc.var].values()]
+            self._store_partials(em, accs, partial)
+            barriers += 1
+            self._barrier(em, barriers)
+            for acc in accs:
+                self._reduce_partials(em, acc, partial, cached=False)
+                self._publish(em, acc)
+        body: list[str] = []
+        inner = TritonEmitter(ctx, body, INDENT * 2, parent=em)  # values hoist; stores stay inside
+        for st in k.row_stores:
+            inner.store(st.buffer, st.index, st.value, frozenset({"x"}), _ROW)
+        if body:
+            em.line("if sid == 0:")
+            lines.extend(body)
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("SPLIT", cfg.SPLIT),
+                      ("SBLOCK", next_pow2(cfg.SPLIT))]
+        self._function(k.name, ctx, lines, constexprs, workspaces, rows * cfg.SPLIT)
+
+    @staticmethod
+    def _barrier(em: TritonEmitter, count: int) -> None:
+        """Wait until every program of this row block has arrived here (the ``count``-th barrier):
+        a CTA barrier orders this program's partial stores before one thread's release-acquire
+        increment of the counter, and its spin acquires the other programs' stores."""
+        em.line("tl.debug_barrier()")
+        em.line('arrived = tl.atomic_add(arrived_ptr, 1, sem="acq_rel") + 1')
+        em.line(f"while arrived < SPLIT * {count}:")
+        em.line(f'{INDENT}arrived = tl.atomic_add(arrived_ptr, 0, sem="acquire")')
+        em.line("tl.debug_barrier()")
+
     # -- split reductions -----------------------------------------------------------------------
     def _split(self) -> None:
         accs = self._accumulators()
@@ -341,12 +415,7 @@ class _Generator:
         last = max(a.r.level for a in accs)
         for phase in range(self.k.num_phases):
             mine = [a for a in accs if a.r.level == phase]
-            partial = {}
-            for acc in mine:
-                partial[acc.var] = {c.suffix: f"ws_{acc.var}{c.suffix}" for c in acc.components()}
-                for c in acc.components():
-                    self.workspaces.append(Workspace(partial[acc.var][c.suffix], c.torch_dtype,
-                                                     self.xnumel * self.cfg.SPLIT))
+            partial = self._partial_workspaces(mine)
             self._split_stage(phase, mine, partial, fin)
             if mine:
                 self._combine_stage(phase, mine, partial, fin, row_stores=phase == last)
@@ -359,6 +428,18 @@ class _Generator:
         lines: list[str] = []
         em = TritonEmitter(ctx, lines, INDENT)
         self._prologue(em, axes)
+        self._slice(em, axes)
+        stores = [s for s in k.elem_stores if s.phase == phase]
+        self._loop_phase(em, accs, stores, "rstart", "rend")
+        self._store_partials(em, accs, partial)
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("SPLIT", cfg.SPLIT)]
+        ws = [w for acc in accs for w in partial[acc.var].values()]
+        self._function(f"{k.name}_split{phase}", ctx, lines, constexprs, ws,
+                       _cdiv(self.xnumel, cfg.XBLOCK) * cfg.SPLIT)
+
+    def _slice(self, em: TritonEmitter, axes: list[Axis]) -> None:
+        """Rows and slice of a split program: ``XBLOCK`` rows, the ``sid``-th of ``SPLIT`` chunks
+        of ``rchunk`` elements (a multiple of RBLOCK), ``[rstart, rend)``."""
         em.line("xindex = (pid // SPLIT) * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         em.line("sid = pid % SPLIT")
         self._masks(em, axes[:1])
@@ -366,17 +447,44 @@ class _Generator:
         em.line("rchunk = (rnumel + SPLIT * RBLOCK - 1) // (SPLIT * RBLOCK) * RBLOCK")
         em.line("rstart = sid * rchunk")
         em.line("rend = tl.minimum(rstart + rchunk, rnumel)")
-        stores = [s for s in k.elem_stores if s.phase == phase]
-        self._loop_phase(em, accs, stores, "rstart", "rend")
-        xmask = ctx.mask({"x"})
+
+    @staticmethod
+    def _store_partials(em: TritonEmitter, accs, partial: dict) -> None:
+        xmask = em.ctx.mask({"x"})
+        where = f", mask={xmask}" if xmask else ""
         for acc in accs:
             for suffix, name in acc.names().items():
-                where = f", mask={xmask}" if xmask else ""
                 em.line(f"tl.store({partial[acc.var][suffix]} + (xindex * SPLIT + sid), {name}{where})")
-        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("SPLIT", cfg.SPLIT)]
-        ws = [w for acc in accs for w in partial[acc.var].values()]
-        self._function(f"{k.name}_split{phase}", ctx, lines, constexprs, ws,
-                       _cdiv(self.xnumel, cfg.XBLOCK) * cfg.SPLIT)
+
+    def _partial_workspaces(self, accs) -> dict:
+        """One workspace per state component of each of ``accs``: a value per (row, program)."""
+        partial = {}
+        for acc in accs:
+            partial[acc.var] = {c.suffix: f"ws_{acc.var}{c.suffix}" for c in acc.components()}
+            for c in acc.components():
+                self.workspaces.append(Workspace(partial[acc.var][c.suffix], c.torch_dtype,
+                                                 self.xnumel * self.cfg.SPLIT))
+        return partial
+
+    def _reduce_partials(self, em: TritonEmitter, acc, partial: dict, cached: bool = True) -> None:
+        """Load the ``SPLIT`` partial states of each row (``[XBLOCK, SBLOCK]``) and reduce them into
+        ``acc.names()``; ``cached=False`` reads them past L1 (other programs wrote them this launch)."""
+        sblock = next_pow2(self.cfg.SPLIT)
+        masks = [m for m in (em.ctx.mask({"x"}), "smask" if sblock != self.cfg.SPLIT else None) if m]
+        where = f", mask={' & '.join(masks)}" if masks else ""
+        modifier = "" if cached else ', cache_modifier=".cg"'
+        lanes = acc.names(acc.var + "_part")
+        for c in acc.components():
+            other = f", other={c.identity}" if masks else ""
+            em.line(f"{lanes[c.suffix]} = tl.load({partial[acc.var][c.suffix]} + "
+                    f"(xindex * SPLIT + sindex){where}{other}{modifier})")
+        for line in acc.reduce(lanes, acc.names()):
+            em.line(line)
+
+    def _sindex(self, em: TritonEmitter) -> None:
+        em.line("sindex = tl.arange(0, SBLOCK)[None, :]")
+        if next_pow2(self.cfg.SPLIT) != self.cfg.SPLIT:
+            em.line("smask = sindex < SPLIT")
 
     def _combine_stage(self, phase: int, accs, partial: dict, fin: dict, row_stores: bool) -> None:
         cfg, k = self.cfg, self.k
@@ -389,20 +497,10 @@ class _Generator:
         self._prologue(em, axes)
         em.line("xindex = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         self._masks(em, axes)
-        em.line("sindex = tl.arange(0, SBLOCK)[None, :]")
-        masks = [m for m in (ctx.mask({"x"}), "smask" if sblock != cfg.SPLIT else None) if m]
-        if sblock != cfg.SPLIT:
-            em.line("smask = sindex < SPLIT")
-        where = f", mask={' & '.join(masks)}" if masks else ""
+        self._sindex(em)
         xwhere = f", mask={ctx.mask({'x'})}" if ctx.mask({"x"}) else ""
         for acc in accs:
-            lanes = acc.names(acc.var + "_part")
-            for c in acc.components():
-                other = f", other={c.identity}" if masks else ""
-                em.line(f"{lanes[c.suffix]} = tl.load({partial[acc.var][c.suffix]} + "
-                        f"(xindex * SPLIT + sindex){where}{other})")
-            for line in acc.reduce(lanes, acc.names()):
-                em.line(line)
+            self._reduce_partials(em, acc, partial)
             for j, name in enumerate(self._publish(em, acc)):
                 em.line(f"tl.store({fin[(acc.r.name, j)]} + xindex, {name}{xwhere})")
         if row_stores:

@@ -119,7 +119,8 @@ class BoundLaunch:
         self.name = program.name
         self.device_buffer = launcher.device_buffer
         index64 = launcher._index64(syms)
-        self.workspaces = [(w.name, w.dtype, evaluate(w.numel, syms)) for w in program.workspaces]
+        self.workspaces = [(w.name, w.dtype, evaluate(w.numel, syms), torch.zeros if w.zeroed else torch.empty)
+                           for w in program.workspaces]
         self.steps = []
         for launch in program.launches:
             programs = evaluate(launch.grid, syms)
@@ -136,7 +137,7 @@ class BoundLaunch:
 
     def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
         t = buffers[self.device_buffer]
-        workspaces = {name: torch.empty(numel, dtype=dtype, device=t.device) for name, dtype, numel in self.workspaces}
+        workspaces = {name: new(numel, dtype=dtype, device=t.device) for name, dtype, numel, new in self.workspaces}
         if not self.native:  # Triton's interpreter
             for step in self.steps:
                 step.launch_jit(step.arguments(buffers, workspaces))

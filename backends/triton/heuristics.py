@@ -16,6 +16,14 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   (chunks of 1024 with 4 warps: 0.48; bf16 rmsnorm 4096x65536: 0.72, persistent: 0.44);
 * reductions whose reduced dim is strided (a sum over dim 0): 32x32 tiles, 8 warps, looped, each
   load contiguous along the rows (0.83; 64x64 with 4 warps, too few programs: 0.34);
+* rows longer than 32768 elements (or rows too few to fill the GPU, at least 8192 long):
+  split_sync, each row split across programs of one launch in slices of at most 16384 elements
+  that stay in registers from the first phase to the last (a softmax reads its input once
+  instead of three times), or, when rows are few, into enough slices for two programs per
+  multiprocessor; SPLIT never exceeds the multiprocessors (all programs of a row run at once);
+* reductions whose reduced dim is strided with few programs per multiprocessor (``x.mean(1)``
+  on (32, 2048, 512)): the same tiles, the reduced dim split across programs of one launch
+  until there are eight per multiprocessor (short kernels lose least to the last wave);
 * full reductions: persistent in one program up to 32768 elements (one launch and no workspace:
   the mean over 32768 row losses takes 5.5 µs), else split across eight
   programs per multiprocessor in chunks of 2048 with 16 warps, combined by a second launch
@@ -38,6 +46,9 @@ PERSISTENT_ROW = 32768
 LOOPED_RBLOCK = 4096
 SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
+SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
+FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs
+STRIDED_PROGRAMS = 8  # programs per multiprocessor a strided reduction is split to reach
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
 
 
@@ -91,8 +102,18 @@ def _rows(kernel: Kernel) -> TritonConfig:
     if _strided_reduction(kernel):
         rblock = min(next_pow2(row), 32) if row else 32
         xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
+        split = _strided_split(rows, row, xblock, rblock)
+        if split > 1:
+            return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.SPLIT_SYNC,
+                                SPLIT=split)
         strategy = Strategy.PERSISTENT if row is not None and row <= rblock else Strategy.LOOPED
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=strategy)
+    split = _row_split(rows, row)
+    rblock = next_pow2(-(-row // split)) if split > 1 else 0
+    if split > 1 and _nonempty(row, split, rblock) > 1:
+        split = _nonempty(row, split, rblock)
+        return TritonConfig(XBLOCK=1, RBLOCK=rblock, num_warps=min(16, _warps(rblock)),
+                            strategy=Strategy.SPLIT_SYNC, SPLIT=split)
     if row is not None and row <= PERSISTENT_ROW:
         rblock = next_pow2(row)
         tile = ROW_TILE * 4 if _narrow_loads(kernel) else ROW_TILE
@@ -100,6 +121,35 @@ def _rows(kernel: Kernel) -> TritonConfig:
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=_warps(rblock * xblock),
                             strategy=Strategy.PERSISTENT)
     return TritonConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=16, strategy=Strategy.LOOPED)
+
+
+def _row_split(rows: int | None, row: int | None) -> int:
+    """Programs per row for split_sync (1: do not split; see the module docstring)."""
+    if row is None:
+        return 1
+    sms = sm_count()
+    split = -(-row // SYNC_SLICE) if row > PERSISTENT_ROW else 1
+    if rows is not None and rows < sms and row >= FEW_ROWS_SPLIT:
+        split = max(split, min(-(-2 * sms // rows), row // SPLIT_RBLOCK))
+    return split if split <= sms else 1
+
+
+def _strided_split(rows: int | None, row: int | None, xblock: int, rblock: int) -> int:
+    """Programs per row block of a strided reduction (1: do not split)."""
+    if rows is None or row is None:
+        return 1
+    blocks, sms = -(-rows // xblock), sm_count()
+    if blocks >= STRIDED_PROGRAMS * sms:
+        return 1
+    split = min(next_pow2(-(-STRIDED_PROGRAMS * sms // blocks)), row // (8 * rblock), sms)
+    return _nonempty(row, split, rblock) if split > 1 else 1
+
+
+def _nonempty(row: int, split: int, rblock: int) -> int:
+    """How many of ``split`` programs get elements, each taking chunks of ``rblock`` (as codegen
+    splits a row)."""
+    chunk = -(-row // (split * rblock)) * rblock
+    return -(-row // chunk)
 
 
 def _narrow_loads(kernel: Kernel) -> bool:

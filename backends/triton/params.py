@@ -13,6 +13,10 @@ class Strategy(Enum):
     PERSISTENT = "persistent"  # a whole row at once (one program / one thread owns it)
     LOOPED = "looped"          # a row in chunks, accumulators carried across chunks
     SPLIT = "split"            # one long reduction split across programs/threads, then combined
+    SPLIT_SYNC = "split_sync"  # rows split across programs that wait for each other in one launch
+
+
+SPLIT_STRATEGIES = (Strategy.SPLIT, Strategy.SPLIT_SYNC)
 
 
 MAX_TILE_NUMEL = 1 << 20  # triton.language.TRITON_MAX_TENSOR_NUMEL
@@ -30,7 +34,9 @@ class TritonConfig:
     ``XBLOCK`` rows (or pointwise elements) per program; ``YBLOCK`` > 1 makes pointwise kernels
     use 2D ``YBLOCK x XBLOCK`` tiles; ``RBLOCK`` reduced elements per step. ``strategy`` says how
     a reduction walks its rows: the whole row in one block (persistent), in ``RBLOCK`` chunks
-    (looped), or split across ``SPLIT`` programs whose partials a second launch combines (split).
+    (looped), split across ``SPLIT`` programs whose partials a second launch combines (split),
+    or split across ``SPLIT`` programs that exchange partials through a barrier in one launch, each
+    keeping its slice of the row on chip (or in L2) between phases (split_sync).
     """
 
     XBLOCK: int = 1024
@@ -63,8 +69,8 @@ class TritonConfig:
         if self.XBLOCK * max(self.YBLOCK, self.RBLOCK) > MAX_TILE_NUMEL:
             raise ValueError(f"tile of {self.XBLOCK} x {max(self.YBLOCK, self.RBLOCK)} elements exceeds "
                              f"Triton's limit of {MAX_TILE_NUMEL}")
-        if (self.strategy is Strategy.SPLIT) != (self.SPLIT > 1):
-            raise ValueError(f"SPLIT={self.SPLIT} needs strategy 'split' and the split strategy needs "
+        if (self.strategy in SPLIT_STRATEGIES) != (self.SPLIT > 1):
+            raise ValueError(f"SPLIT={self.SPLIT} needs strategy 'split' or 'split_sync', and those need "
                              f"SPLIT >= 2 (got strategy {self.strategy.value!r})")
 
     def to_json(self) -> dict:

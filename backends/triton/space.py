@@ -2,15 +2,17 @@
 
 * pointwise: ``XBLOCK``, ``YBLOCK`` (only for kernels tiled in 2D, e.g. transposes),
   ``num_warps``, ``num_stages``;
-* reductions with rows: ``XBLOCK`` rows per program, ``RBLOCK``, ``strategy`` (persistent or
-  looped), ``num_warps``, ``num_stages``;
+* reductions with rows: ``XBLOCK`` rows per program, ``RBLOCK``, ``strategy`` (persistent,
+  looped, split or split_sync), ``SPLIT`` (programs per row, split strategies only),
+  ``num_warps``, ``num_stages``;
 * full reductions: ``RBLOCK``, ``strategy`` (persistent, looped or split), ``SPLIT`` (used by the
   split strategy only: other strategies take ``SPLIT = 1``), ``num_warps``, ``num_stages``.
 
 Static constraints reject a config before compiling it: ``TritonConfig``'s own limits (tile size,
 powers of two), ``codegen.check_config`` (a persistent ``RBLOCK`` shorter than the row), and on a
 GPU a per-thread register budget (a tile of more than ``MAX_ELEMENTS_PER_THREAD`` values per
-thread cannot stay in registers). The default config is always a point of the space.
+thread cannot stay in registers) and, for split_sync, at most one program per row and
+multiprocessor (the programs of a row wait for each other, so all of them must fit at once). The default config is always a point of the space.
 """
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from ...scheduler.kernel import Kernel
 from .codegen import check_config
 from .heuristics import default_config
 from .indexing import transposed_split
-from .params import Strategy, TritonConfig, next_pow2
+from .params import SPLIT_STRATEGIES, Strategy, TritonConfig, next_pow2
 
 MAX_ELEMENTS_PER_THREAD = 512
 WARPS = (1, 2, 4, 8, 16, 32)
 STAGES = (1, 2, 3)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+ROW_SPLITS = SPLITS[:8]
 MAX_RBLOCK = 1 << 16
 
 
@@ -45,7 +48,7 @@ def _with(choices: tuple, value) -> tuple:
 def _from_json(data: dict) -> TritonConfig:
     """Build a config; strategies other than split take SPLIT = 1 whatever the knob says."""
     data = dict(data)
-    if data.get("strategy") != Strategy.SPLIT.value:
+    if data.get("strategy") not in (s.value for s in SPLIT_STRATEGIES):
         data["SPLIT"] = 1
     return TritonConfig.from_json(data)
 
@@ -63,10 +66,10 @@ def _knobs(kernel: Kernel) -> list[Knob]:
         strategies = (Strategy.PERSISTENT.value, Strategy.LOOPED.value, Strategy.SPLIT.value)
         return [Knob("RBLOCK", rblocks), Knob("strategy", strategies, ordered=False),
                 Knob("SPLIT", SPLITS), Knob("num_warps", WARPS), Knob("num_stages", STAGES)]
-    strategies = (Strategy.PERSISTENT.value, Strategy.LOOPED.value)
+    strategies = tuple(s.value for s in Strategy)
     return [Knob("XBLOCK", _pow2_range(1, 64)), Knob("RBLOCK", rblocks),
-            Knob("strategy", strategies, ordered=False), Knob("num_warps", WARPS),
-            Knob("num_stages", STAGES)]
+            Knob("strategy", strategies, ordered=False), Knob("SPLIT", ROW_SPLITS),
+            Knob("num_warps", WARPS), Knob("num_stages", STAGES)]
 
 
 def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
@@ -82,6 +85,9 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
             check_config(kernel, config)
         except ValueError as exc:
             return str(exc)
+        if gpu and config.strategy is Strategy.SPLIT_SYNC and config.SPLIT > hardware.cores:
+            return (f"split_sync needs its {config.SPLIT} programs per row on the GPU at once; "
+                    f"{hardware.name} has {hardware.cores} multiprocessors")
         per_thread = config.XBLOCK * max(config.YBLOCK, config.RBLOCK) // (32 * config.num_warps)
         if gpu and per_thread > MAX_ELEMENTS_PER_THREAD:
             return (f"tile {config.XBLOCK}x{max(config.YBLOCK, config.RBLOCK)} puts {per_thread} "

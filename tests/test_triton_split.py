@@ -1,0 +1,126 @@
+"""Rows split across programs (split, split_sync) and reductions over middle dims, in Triton.
+
+The fused multi-phase kernels (softmax, log_softmax, cross-entropy) and middle-dimension means
+run under forced configs and are compared with eager PyTorch. In Triton's interpreter, which runs
+programs one after another, split_sync configs run as split (two launches per phase); on a GPU
+these tests run the one-launch kernel whose programs meet at barriers. The heuristics and the
+search space are checked at the GPU sizes of the suite's new rows.
+"""
+import dataclasses
+
+import pytest
+import torch
+
+import loopnest as ln
+from loopnest.backends import registry
+from loopnest.backends.triton import settings as triton_settings
+from loopnest.backends.triton.codegen import generate
+from loopnest.backends.triton.params import Strategy, TritonConfig
+from loopnest.core.space import InvalidConfig
+from test_backends import H200, kernels_of, log_softmax, softmax
+from test_triton import DEVICE, check, rand, run
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")]
+
+
+def cross_entropy(x, t):
+    """Per-row loss ``logsumexp(x) - x[t]`` (cross-entropy without the mean)."""
+    m = ln.max(x, 1, keepdim=True)
+    lse = ln.log(ln.sum(ln.exp(x - m), 1, keepdim=True)) + m
+    return ln.reshape(lse, (x.shape[0],)) - ln.reshape(ln.gather(x, 1, t), (x.shape[0],))
+
+
+def forced(strategy, xblock, rblock, parts):
+    return lambda k: TritonConfig(XBLOCK=xblock, RBLOCK=rblock, strategy=strategy, SPLIT=parts, num_warps=2)
+
+
+# XBLOCK 2 over 5 rows masks a row; slices of one block (whole) and of several blocks (looped);
+# SPLIT 3 leaves the last program a shorter slice and needs a mask over the partials.
+CONFIGS = {"sync_whole": forced("split_sync", 2, 64, 3), "sync_looped": forced("split_sync", 1, 16, 3),
+           "sync_rows": forced("split_sync", 2, 32, 4), "split": forced("split", 2, 16, 3)}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_split_rows_match_eager(fn, config):
+    x = ln.placeholder("x", (5, 150), ln.float32)
+    a = rand(5, 150)
+    out = run({"softmax": softmax, "log_softmax": log_softmax}[fn](x), a, config=CONFIGS[config], inputs=[x])
+    want = torch.softmax(a, 1) if fn == "softmax" else torch.log_softmax(a, 1)
+    check(out, want)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_split_cross_entropy_matches_eager(config):
+    """Two reduction phases, a gather and a row store that only one program per row makes."""
+    x = ln.placeholder("x", (5, 150), ln.float32)
+    t = ln.placeholder("t", (5, 1), ln.int64)
+    a, ta = rand(5, 150), torch.randint(0, 150, (5, 1), generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    out = run(cross_entropy(x, t), a, ta, config=CONFIGS[config], inputs=[x, t])
+    check(out, torch.nn.functional.cross_entropy(a, ta[:, 0], reduction="none"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("config", ["sync_rows", "split", "default"])
+@pytest.mark.parametrize("dtype", [ln.float32, ln.bfloat16])
+def test_middle_dim_mean_matches_eager(config, dtype):
+    """``x.mean(1)`` on a 3-D tensor: the reduced dim is strided, loads run along the last dim."""
+    x = ln.placeholder("x", (3, 70, 24), dtype)
+    a = rand(3, 70, 24, dtype=dtype.torch)
+    out = run(ln.mean(x, 1), a, config=CONFIGS.get(config), inputs=[x])
+    check(out, a.float().mean(1).to(dtype.torch))
+
+
+def _kernel(shape, build, dtype=ln.float32):
+    x = ln.placeholder("x", shape, dtype)
+    (kernel,) = kernels_of([build(x)], [x])
+    return kernel
+
+
+@pytest.mark.parametrize("shape", [(1024, 131072), (128, 262144), (8, 16384)])
+def test_long_or_few_rows_default_to_split_sync(shape):
+    """Rows longer than a persistent block, or too few to fill an H200, are split over programs of
+    one launch whose slices are one block each (the row stays in registers across phases).
+    Runs where the heuristics count an H200's 132 multiprocessors (no GPU, or an H200)."""
+    if torch.cuda.is_available() and torch.cuda.get_device_properties(0).multi_processor_count != H200.cores:
+        pytest.skip("the thresholds are an H200's")
+    kernel = _kernel(shape, log_softmax)
+    cfg = registry.get("triton").default_config(kernel)
+    assert cfg.strategy is Strategy.SPLIT_SYNC and 2 <= cfg.SPLIT <= H200.cores
+    assert cfg.RBLOCK * cfg.SPLIT >= shape[1] > cfg.RBLOCK * (cfg.SPLIT - 1)
+    # two programs per multiprocessor, unless that would cut slices below 2048 elements
+    assert shape[0] * cfg.SPLIT >= 2 * H200.cores or cfg.RBLOCK == 2048 or shape[1] > 32768
+
+
+def test_middle_dim_mean_defaults_split_across_programs():
+    kernel = _kernel((32, 2048, 512), lambda x: ln.mean(x, 1))
+    cfg = registry.get("triton").default_config(kernel)
+    assert cfg.strategy is Strategy.SPLIT_SYNC and cfg.SPLIT > 1
+    source = generate(kernel, cfg, triton_settings.TritonSettings(interpret=False, debug=False)).source
+    assert "rindex*512" in source.replace(" ", ""), "the reduced dim steps by the inner extent"
+
+
+def test_split_sync_source_is_one_launch_with_barriers():
+    kernel = _kernel((8, 3000), softmax)
+    cfg = TritonConfig(XBLOCK=2, RBLOCK=1024, strategy="split_sync", SPLIT=3)
+    gpu = generate(kernel, cfg, triton_settings.TritonSettings(interpret=False, debug=False))
+    assert len(gpu.launches) == 1 and gpu.launches[0].grid.as_int() == 4 * 3
+    assert gpu.source.count("tl.atomic_add(arrived_ptr, 1") == 2, "one barrier per reduction phase"
+    assert 'cache_modifier=".cg"' in gpu.source, "partials of other programs are read past L1"
+    assert [w.zeroed for w in gpu.workspaces if w.name == "ws_arrived"] == [True]
+    interpreted = generate(kernel, cfg, triton_settings.TritonSettings(interpret=True, debug=False))
+    assert len(interpreted.launches) == 5 and "atomic_add" not in interpreted.source
+
+
+def test_space_offers_split_for_rows_and_bounds_split_sync():
+    kernel = _kernel((128, 262144), log_softmax)
+    small = dataclasses.replace(H200, name="a GPU of 16 multiprocessors", cores=16)
+    space = registry.get("triton").space(kernel, small)
+    default = registry.get("triton").default_config(kernel).to_json()
+    assert space.validate(default).strategy is Strategy.SPLIT_SYNC
+    for strategy in ("split", "split_sync", "looped"):
+        assert strategy in next(k for k in space.knobs if k.name == "strategy").choices
+    knobs = {k.name: default[k.name] for k in space.knobs}
+    with pytest.raises(InvalidConfig, match="16 multiprocessors"):
+        space.config({**knobs, "SPLIT": 32, "RBLOCK": 8192})
+    assert space.validate({**default, "SPLIT": 32, "RBLOCK": 8192, "strategy": "split"}).SPLIT == 32
