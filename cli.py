@@ -193,18 +193,21 @@ def cmd_db_import(args) -> int:
     db = _db(args)
     try:
         with open(args.file) as fp:
-            count = db.import_jsonl(fp, validate_stored_config)
+            parsed = db.import_jsonl(fp, validate_stored_config)
     except ImportRowError as exc:
         print(f"autotune: import failed, nothing imported: {exc}", file=sys.stderr)
         return 1
-    print(f"imported {count} winners")
+    for line in parsed.duplicates:
+        print(f"duplicate key: {line}")
+    print(f"imported {len(parsed.records)} winners")
     return 0
 
 
 def cmd_db_gc(args) -> int:
-    count = _db(args).gc(args.older_than)
-    emit(args, [{"deleted_trials": count, "older_than_days": args.older_than}],
-         (col("deleted_trials"), col("older_than_days")))
+    db = _db(args)
+    repaired = db.repair()
+    row = {"deleted_trials": db.gc(args.older_than), "older_than_days": args.older_than, **repaired}
+    emit(args, [row], tuple(col(k) for k in row))
     return 0
 
 
@@ -306,7 +309,8 @@ def _db_parser(sub) -> None:
          lambda p: p.add_argument("--out", help="file (default: stdout)")),
         ("import", "read winners from JSON lines (every row validated; a bad row imports nothing)",
          cmd_db_import, lambda p: p.add_argument("file")),
-        ("gc", "delete old trials that no winner references", cmd_db_gc,
+        ("gc", "repair rows left inconsistent by deleted rows; delete old trials that no winner references",
+         cmd_db_gc,
          lambda p: p.add_argument("--older-than", type=float, default=30.0, metavar="DAYS")),
     ]
     for name, help_, handler, extra in specs:

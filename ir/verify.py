@@ -98,20 +98,26 @@ def _check_vars(graph, node, indices, allowed) -> None:
 
 
 def _verify_apply(graph: Graph, node: Node, e: Apply) -> None:
+    problem = apply_problem(e)
+    if problem:
+        raise _fail(graph, node, problem)
+
+
+def apply_problem(e: Apply) -> str | None:
+    """What is wrong with the operand and result dtypes of ``e``, or None if they agree."""
     op = e.op
     dtypes = [a.dtype for a in e.args]
     if op is Op.CAST:
-        return
+        return None
     if op is Op.WHERE:
         if dtypes[0] != bool_ or dtypes[1] != dtypes[2] or dtypes[1] != e.dtype:
-            raise _fail(graph, node, f"where(cond, a, b) needs a bool cond and a, b of the result "
-                        f"dtype {e.dtype.name}; got {', '.join(d.name for d in dtypes)}")
-        return
+            return (f"where(cond, a, b) needs a bool cond and a, b of the result dtype {e.dtype.name}; "
+                    f"got {', '.join(d.name for d in dtypes)}")
+        return None
     if len(set(dtypes)) > 1:
-        raise _fail(graph, node, f"{op.name.lower()} mixes dtypes {', '.join(d.name for d in dtypes)}; "
-                    f"insert a cast")
+        return f"{op.name.lower()} mixes dtypes {', '.join(d.name for d in dtypes)}; insert a cast"
     if op in PREDICATES and e.dtype != bool_:
-        raise _fail(graph, node, f"{op.name.lower()} returns bool, not {e.dtype.name}")
+        return f"{op.name.lower()} returns bool, not {e.dtype.name}"
     if op not in PREDICATES and op not in COMPARISONS and e.dtype != dtypes[0]:
-        raise _fail(graph, node, f"{op.name.lower()} of {dtypes[0].name} operands cannot produce "
-                    f"{e.dtype.name}; insert a cast")
+        return f"{op.name.lower()} of {dtypes[0].name} operands cannot produce {e.dtype.name}; insert a cast"
+    return None
