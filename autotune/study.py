@@ -3,10 +3,12 @@
 The study lives in Optuna's storage (the tuning DB's URL, or memory for replays), so an
 interrupted sweep resumes it: trials measured earlier with the same software count toward the
 budget and are never measured again; trials left running by a dead process (no heartbeat for the
-grace period) are failed first. Warm starts (the default config, winners at the nearest shapes,
-a stale winner) are enqueued before anything is sampled. Points the space's static constraints
-reject are told as failed without compiling. Each trial's config and outcome are kept in its
-user attributes.
+grace period) are failed first, and the configs of interrupted trials are measured again (the
+budget counts them once). The budget is the study's total across every process sharing it
+(``budget.py``), and processes take each other's finished results instead of re-measuring them.
+Warm starts (the default config, winners at the nearest shapes, a stale winner) are enqueued
+before anything is sampled. Points the space's static constraints reject are told as failed
+without compiling. Each trial's config and outcome are kept in its user attributes.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from optuna.trial import TrialState as OptunaState
 from tqdm import tqdm
 
 from ..db.api import TrialState
+from .budget import BUDGET_ATTR, INTERRUPTED_ATTR, interrupted, spent, study_lock, to_remeasure
 from .evaluate import Outcome
 from ..core.timing import Timing
 from .options import TuneSettings
@@ -154,8 +157,11 @@ def _ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str) -> None:
+def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str,
+          cut_short: bool = False) -> None:
     attrs: dict[str, Any] = {"config": config_json, "state": outcome.state.value, "software": tag}
+    if cut_short:
+        attrs[INTERRUPTED_ATTR] = True
     if outcome.message:
         attrs["message"] = outcome.message[:2000]
     if outcome.timing:
@@ -171,11 +177,16 @@ def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: 
         study.tell(trial, state=OptunaState.FAIL)
 
 
-def previous_results(study: optuna.Study, space: SearchSpace, tag: str) -> dict[str, tuple[Any, Outcome]]:
-    """Configs this study measured before under the same software (a resumed sweep skips them)."""
+def previous_results(trials: Sequence[optuna.trial.FrozenTrial], space: SearchSpace, tag: str
+                     ) -> dict[str, tuple[Any, Outcome]]:
+    """Configs measured in ``trials`` (a study's) under the same software; a resumed sweep, or
+    another process sharing the study, takes these results instead of measuring again. An
+    interrupted measurement is no result."""
     out: dict[str, tuple[Any, Outcome]] = {}
-    for t in study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL)):
+    for t in trials:
         a = t.user_attrs
+        if t.state not in (OptunaState.COMPLETE, OptunaState.FAIL) or interrupted(t):
+            continue
         if a.get("software") != tag or "state" not in a or a["state"] == TrialState.INVALID.value:
             continue
         try:
@@ -210,15 +221,37 @@ class StudyLoop:
                  settings: TuneSettings, tag: str, label: str = ""):
         self.study, self.space, self.evaluator = study, space, evaluator
         self.settings, self.tag, self.label = settings, tag, label
-        self.result = StudyResult(study.study_name, previous_results(study, space, tag))
-        finished = study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE, OptunaState.FAIL))
-        self.seen = {_values_key(t.params) for t in finished}
-        self.invalid = {_values_key(t.user_attrs["config"]) for t in finished
-                        if t.user_attrs.get("state") == TrialState.INVALID.value}
+        self.result = StudyResult(study.study_name)
+        self.seen: set[str] = set()
+        self.invalid: set[str] = set()
+        self.spent = 0
+        self._refresh()
+
+    def _refresh(self) -> list[optuna.trial.FrozenTrial]:
+        """Read the study back from storage: the budget spent, and every process's results."""
+        trials = self.study.get_trials(deepcopy=False)
+        self.spent = spent(trials, self.tag)
+        for key, found in previous_results(trials, self.space, self.tag).items():
+            self.result.results.setdefault(key, found)
+        finished = [t for t in trials if t.state in (OptunaState.COMPLETE, OptunaState.FAIL) and not interrupted(t)]
+        self.seen |= {_values_key(t.params) for t in finished}
+        self.invalid |= {_values_key(t.user_attrs["config"]) for t in finished
+                         if t.user_attrs.get("state") == TrialState.INVALID.value}
+        return trials
+
+    def _requeue_interrupted(self) -> None:
+        """Enqueue the configs of interrupted trials that nobody measured since (item: a rerun after
+        Ctrl-C measures them)."""
+        with study_lock(self.study):
+            trials = self._refresh()
+            measured = {_values_key(t.params) for t in trials if t.user_attrs.get(BUDGET_ATTR) == self.tag
+                        and not interrupted(t)}
+            for t in to_remeasure(trials, self.tag, measured):
+                self.study.enqueue_trial(t.params, user_attrs={"warm_start": "interrupted"})
 
     def stop_reason(self, start: float) -> str:
         s = self.settings
-        if len(self.result.results) >= s.trials:
+        if self.spent >= s.trials:
             return "trial budget"
         if time.monotonic() - start >= s.time_budget_s:
             return "time budget"
@@ -231,10 +264,11 @@ class StudyLoop:
     def run(self) -> StudyResult:
         """Loop until a budget is spent or the space is exhausted."""
         start = time.monotonic()
-        bar = tqdm(total=self.settings.trials, initial=min(len(self.result.results), self.settings.trials),
+        bar = tqdm(total=self.settings.trials, initial=min(self.spent, self.settings.trials),
                    desc=self.label, disable=not self.settings.progress, leave=False, unit="trial")
         heartbeat = Heartbeat(self.study, self.settings.heartbeat_s)
         try:
+            self._requeue_interrupted()
             while not (reason := self.stop_reason(start)):
                 self._round(heartbeat, bar, start)
         finally:
@@ -258,27 +292,37 @@ class StudyLoop:
             heartbeat.discard(trial)
 
     def _ask_batch(self, heartbeat: Heartbeat, start: float):
-        """New distinct candidates (at most ``workers``) and asked trials that repeat a candidate."""
-        want = min(self.settings.workers, self.settings.trials - len(self.result.results))
+        """New distinct candidates (at most ``workers``) and asked trials that repeat a candidate.
+
+        Each ask happens under the study's lock, after counting the budget in storage; a new
+        candidate is marked as spending the budget before the lock is released (``budget.py``)."""
         batch: list[tuple[optuna.Trial, Any, str]] = []
         repeats: list[tuple[optuna.Trial, str]] = []
-        while len(batch) < want and not self.stop_reason(start):
-            trial = _ask(self.study)
-            heartbeat.add(trial)  # from now on a dead sweep's trial is found stale
-            self.result.asked += 1
-            values = suggest(self.space, trial)
-            self.seen.add(_values_key(trial.params))
-            try:
-                config = self.space.config(values)
-            except InvalidConfig as exc:
-                self._tell_invalid(trial, values, str(exc))
+        while len(batch) < self.settings.workers and not self.stop_reason(start):
+            with study_lock(self.study):
+                self._refresh()
+                if self.stop_reason(start):
+                    break
+                trial = _ask(self.study)
+                heartbeat.add(trial)  # from now on a dead sweep's trial is found stale
+                self.result.asked += 1
+                values = suggest(self.space, trial)
+                self.seen.add(_values_key(trial.params))
+                try:
+                    config = self.space.config(values)
+                except InvalidConfig as exc:
+                    rejected = str(exc)
+                else:
+                    rejected, key = None, config_key(config)
+                    if key in self.result.results or any(key == k for _, _, k in batch):
+                        repeats.append((trial, key))
+                        continue
+                    trial.set_user_attr(BUDGET_ATTR, self.tag)
+                    self.spent += 1
+                    batch.append((trial, config, key))
+            if rejected is not None:
+                self._tell_invalid(trial, values, rejected)
                 heartbeat.discard(trial)
-                continue
-            key = config_key(config)
-            if key in self.result.results or any(key == k for _, _, k in batch):
-                repeats.append((trial, key))
-                continue
-            batch.append((trial, config, key))
         return batch, repeats
 
     def _tell_invalid(self, trial: optuna.Trial, values: dict, reason: str) -> None:
@@ -298,7 +342,8 @@ class StudyLoop:
             outcomes = self.evaluator.evaluate([c for _, c, _ in batch], started)
         except BaseException:
             for trial, config, _ in batch:
-                _tell(self.study, trial, config.to_json(), Outcome(TrialState.RUNTIME_ERROR, "interrupted"), self.tag)
+                _tell(self.study, trial, config.to_json(), Outcome(TrialState.RUNTIME_ERROR, "interrupted"), self.tag,
+                      cut_short=True)
             raise
         for (trial, config, key), outcome in zip(batch, outcomes):
             self.result.results[key] = (config, outcome)

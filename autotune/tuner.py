@@ -54,7 +54,8 @@ class KernelReport:
     study: str
     stored: str | None             # where the winner was stored (None: nothing verified)
     stop_reason: str = ""
-    winner: str = "-"              # where the winner came from: default, stale, nearest, exact or search
+    winner: str = "-"              # where the winner came from: default, stale, nearest, exact, search, or
+    #                                "kept": the DB's winner, measured faster earlier or by another process
 
     @property
     def speedup(self) -> float | None:
@@ -121,17 +122,19 @@ class GraphTuner:
         report = dict(kernel=display, kernel_hash=key.kernel_hash, sizes=key.sizes, dtypes=key.dtypes,
                       lookup=lookup.kind.value, ok=ok, failed=failed, study=name, stop_reason=result.stop_reason)
         # Other workers sharing this study (same hardware model) may have measured better configs.
-        result.results = {**previous_results(study, space, self.tag), **result.results}
+        result.results = {**previous_results(study.get_trials(deepcopy=False), space, self.tag), **result.results}
         best = result.best
         if best is None:
             return KernelReport(default_us=None, best_us=None, config=None, stored=None, **report)
         default_outcome = result.results.get(config_key(default), (None, None))[1]
-        winner, time_us, default_us = self.final_measure(kernel, best, default, default_outcome)
-        self.db.store_winner(key, winner[0].to_json(), time_us, default_us, self.software, winner[1].trial_id)
-        log.info("%s: winner %s, %.1f us (default %s us)", display, winner[0], time_us, default_us)
-        origins = {config_key(config): reason for config, reason in reversed(starts)}  # the first reason wins
-        origin = origins.get(config_key(winner[0]), "search")
-        return KernelReport(default_us=default_us, best_us=time_us, config=winner[0].to_json(),
+        (config, outcome), time_us, default_us = self.final_measure(kernel, best, default, default_outcome)
+        trial_id = self.db.winning_trial(key, config.to_json(), outcome.timing.quantiles, name, outcome.trial_id)
+        stored = self.db.store_winner(key, config.to_json(), time_us, default_us, self.software, trial_id)
+        log.info("%s: winner %s, %.1f us (default %s us); stored %.1f us", display, config, time_us, default_us,
+                 stored.time_us)
+        origins = {config_key(c): reason for c, reason in reversed(starts)}  # the first reason wins
+        origin = origins.get(config_key(config), "search") if stored.time_us == time_us else "kept"
+        return KernelReport(default_us=default_us, best_us=stored.time_us, config=stored.config,
                             stored=f"{self.db.url} [{name}]", winner=origin, **report)
 
     def warm_starts(self, space: SearchSpace, default, lookup, key: TuningKey) -> list[tuple[Any, str]]:

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import platformdirs
-from sqlalchemy import ColumnElement, Select, delete, func, make_url, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, make_url, or_, select, update
 from sqlalchemy.orm import Session
 
 from loopnest.core import settings
 from loopnest.db.engine import (
     UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
 )
-from loopnest.db.jsonl import ConfigValidator, ImportRowError, checked_row, parse_lines
+from loopnest.db.jsonl import ConfigValidator, ImportRowError, ParsedImport, checked_row, parse_lines
 from loopnest.db.models import Hardware, Kernel, Trial, TrialState, Winner, utcnow
 from loopnest.db.records import (
     HardwareInfo, HardwareKind, LookupKind, LookupResult, TrialRecord, TuningKey, WinnerRecord,
@@ -39,7 +39,7 @@ log = logging.getLogger("loopnest.db")
 
 __all__ = [
     "ConfigValidator", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
-    "LookupResult", "SchemaError", "TrialRecord", "TrialState", "TuningDB", "TuningKey",
+    "LookupResult", "ParsedImport", "SchemaError", "TrialRecord", "TrialState", "TuningDB", "TuningKey",
     "UnknownKernelError", "UnsupportedDatabase", "WinnerRecord", "default_db_url",
 ]
 
@@ -155,13 +155,35 @@ class TuningDB:
         with self.session() as s:
             return s.execute(stmt, execution_options={"synchronize_session": False}).rowcount
 
+    def repair(self) -> dict[str, int]:
+        """Repair what deleted or altered rows left inconsistent; return how many rows each repair
+        touched. ``orphan_winners``/``orphan_trials``: rows whose kernel or hardware row was deleted
+        (unreachable, deleted too); ``unlinked_winners``: winners whose ``trial_id`` names no ok trial
+        of their key and config (the winner stays, its ``trial_id`` becomes NULL)."""
+        with self.session() as s:
+            done = {"orphan_winners": _delete_orphans(s, Winner), "orphan_trials": _delete_orphans(s, Trial)}
+            linked = select(Winner, Trial).outerjoin(Trial, Winner.trial_id == Trial.id)
+            unlinked = [w for w, t in s.execute(linked.where(Winner.trial_id.is_not(None)))
+                        if t is None or not _backs(t, w)]
+            for w in unlinked:
+                w.trial_id = None
+            done["unlinked_winners"] = len(unlinked)
+        return done
+
     # -- winners ---------------------------------------------------------------------------
 
     def store_winner(
         self, key: TuningKey, config: dict[str, Any], time_us: float,
         default_time_us: float | None, software: dict[str, Any], trial_id: int | None = None,
     ) -> WinnerRecord:
-        """Upsert the winner of ``key`` (one row per key; the new measurement replaces the old)."""
+        """Offer a measured winner of ``key``; return the winner stored afterwards.
+
+        The stored winner is the best measured across every writer: the offer replaces the row of
+        ``key`` unless that row was measured with the same software, is not stale and is at least
+        as fast. The decision is taken in one transaction holding the row (``SELECT ... FOR UPDATE``
+        on PostgreSQL, the ``BEGIN IMMEDIATE`` write lock on SQLite), so concurrent sweeps of one
+        key keep the fastest measurement, whichever writes last.
+        """
         with self.session() as s:
             kernel_id, hardware_id = _key_ids(s, key)
             if trial_id is not None:
@@ -174,8 +196,31 @@ class TuningDB:
                 else positive_float(default_time_us, "default_time_us"),
                 software=json_object(software, "software"), trial_id=trial_id, updated_at=utcnow(),
             )
-            _upsert_winner(s, kernel_id, hardware_id, record)
-        return record
+            return _offer_winner(s, kernel_id, hardware_id, record)
+
+    def winning_trial(self, key: TuningKey, config: dict[str, Any], quantiles: Sequence[float],
+                      study: str | None, trial_id: int | None = None) -> int:
+        """The ``ln_trials`` id to store with a winner of ``key`` measured as ``config``.
+
+        ``trial_id`` when that row is an ok trial of ``key`` with this config; else such a row of
+        ``study``; else a new ok row holding ``quantiles``. A row deleted or altered since it was
+        measured is never trusted, and the winner keeps a trial row of its measurement.
+        """
+        config = json_object(config, "config")
+        with self.session() as s:
+            kernel_id, hardware_id = _key_ids(s, key)
+            same = (Trial.state == TrialState.OK, *_key_filter(Trial, key, kernel_id, hardware_id))
+            if trial_id is not None:
+                trial = s.scalar(select(Trial).where(Trial.id == trial_id, *same))
+                if trial is not None and trial.config == config:
+                    return trial.id
+            for trial in s.scalars(select(Trial).where(Trial.study == study, *same).order_by(Trial.id)):
+                if trial.config == config:
+                    return trial.id
+        log.warning("tuning DB: the ok trial row of %s at %s with config %s is gone or altered; "
+                    "recording it again from the study", key.kernel_hash, key.sizes_key, config)
+        return self.record_trial(key, config, TrialState.OK, "restored from the Optuna study", quantiles,
+                                 study=study)
 
     def lookup(self, key: TuningKey, software: dict[str, Any]) -> LookupResult:
         """Exact winner, else the stale one (marked so), else the nearest sizes, else a miss."""
@@ -211,14 +256,15 @@ class TuningDB:
         fp.writelines(_dumps(record.to_json()) + "\n" for record in records)
         return len(records)
 
-    def import_jsonl(self, fp: Iterable[str], validate_config: ConfigValidator) -> int:
-        """Validate every row, then upsert all in one transaction; a bad row imports nothing."""
-        records = parse_lines(fp, validate_config)
+    def import_jsonl(self, fp: Iterable[str], validate_config: ConfigValidator) -> ParsedImport:
+        """Validate every row, then upsert all in one transaction; a bad row imports nothing. Of
+        two rows with one key the faster is imported (``duplicates`` says which were dropped)."""
+        parsed = parse_lines(fp, validate_config)
         with self.session() as s:
-            for record in records:
+            for record in parsed.records:
                 kernel_id = _ensure_kernel(s, record.kernel_hash, record.backend, record.name, None)
                 _upsert_winner(s, kernel_id, _ensure_hardware(s, record.hardware), record)
-        return len(records)
+        return parsed
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -227,6 +273,7 @@ def _ensure_kernel(
     s: Session, kernel_hash: str, backend: str, name: str, ir_text: str | None
 ) -> int:
     """Insert the kernel unless present (filling in a missing IR text); return its id."""
+    known = s.scalar(select(Kernel.id).where(*_kernel_filter(kernel_hash, backend)))
     stmt = dialect_insert(s, Kernel).values(
         structural_hash=kernel_hash, backend=backend, name=name, ir_text=ir_text
     )
@@ -236,14 +283,52 @@ def _ensure_kernel(
         set_={"ir_text": func.coalesce(ir_column, stmt.excluded.ir_text)},
     )
     s.execute(stmt)
-    return s.scalars(select(Kernel.id).where(*_kernel_filter(kernel_hash, backend))).one()
+    kernel_id = s.scalars(select(Kernel.id).where(*_kernel_filter(kernel_hash, backend))).one()
+    if known is None:
+        _adopt_id(s, "kernel_id", kernel_id)
+    return kernel_id
 
 
 def _ensure_hardware(s: Session, hw: HardwareInfo) -> int:
     """Insert the hardware unless its fingerprint is known; return its id."""
+    known = s.scalar(select(Hardware.id).where(Hardware.fingerprint == hw.fingerprint))
+    if known is not None:
+        return known
     stmt = dialect_insert(s, Hardware).values(**hw.to_dict())
     s.execute(stmt.on_conflict_do_nothing(index_elements=["fingerprint"]))
-    return s.scalars(select(Hardware.id).where(Hardware.fingerprint == hw.fingerprint)).one()
+    hardware_id = s.scalars(select(Hardware.id).where(Hardware.fingerprint == hw.fingerprint)).one()
+    _adopt_id(s, "hardware_id", hardware_id)
+    return hardware_id
+
+
+def _adopt_id(s: Session, column: str, new_id: int) -> None:
+    """Before a new kernel or hardware row is used, delete trials and winners left naming its id by
+    a row deleted with foreign keys off: SQLite reuses the largest rowid, and those rows belong to
+    another kernel or machine. Only SQLite: PostgreSQL always enforces the foreign keys, and there
+    a concurrent writer may already have added rows of the new id. On SQLite this runs in the
+    transaction that inserted the row, under its write lock."""
+    if s.get_bind().dialect.name == "sqlite":
+        for model in (Winner, Trial):
+            if _delete_orphans(s, model, **{column: new_id}) == 0:
+                continue
+            log.warning("tuning DB: deleted %s rows left by a deleted %s row with id %s",
+                        model.__tablename__, column.removesuffix("_id"), new_id)
+
+
+def _delete_orphans(s: Session, model: type[Trial] | type[Winner], **ids: int) -> int:
+    """Delete rows of ``model`` whose kernel or hardware row is gone (only possible where foreign
+    keys were off, e.g. a row deleted by hand with the sqlite3 shell); ``ids`` restricts it to
+    rows naming those ids. Returns how many were deleted."""
+    gone = (model.kernel_id.not_in(select(Kernel.id)), model.hardware_id.not_in(select(Hardware.id)))
+    stmt = delete(model).where(or_(*gone), *(getattr(model, k) == v for k, v in ids.items()))
+    return s.execute(stmt, execution_options={"synchronize_session": False}).rowcount
+
+
+def _backs(t: Trial, w: Winner) -> bool:
+    """Whether trial ``t`` can back winner ``w``: an ok trial of the same key with the same config."""
+    same_key = (t.kernel_id, t.hardware_id, t.sizes_key, t.dtypes_key) == (
+        w.kernel_id, w.hardware_id, w.sizes_key, w.dtypes_key)
+    return same_key and t.state == TrialState.OK and t.config == w.config
 
 
 def _kernel_filter(kernel_hash: str, backend: str) -> tuple[ColumnElement[bool], ...]:
@@ -315,19 +400,45 @@ def _check_winning_trial(
         raise ValueError(f"trial {trial_id} was measured for another tuning key")
 
 
+def _offer_winner(s: Session, kernel_id: int, hardware_id: int, record: WinnerRecord) -> WinnerRecord:
+    """Store ``record`` unless the row of its key is as fast under the same software; return the
+    record stored. Runs inside the caller's transaction, holding the row (see ``store_winner``)."""
+    key = record.key
+    where = (Winner.kernel_id == kernel_id, Winner.hardware_id == hardware_id,
+             Winner.sizes_key == key.sizes_key, Winner.dtypes_key == key.dtypes_key)
+    while True:
+        row = s.scalar(select(Winner).where(*where).with_for_update())
+        if row is None:
+            inserted = s.execute(_winner_insert(s, kernel_id, hardware_id, record).on_conflict_do_nothing(
+                index_elements=list(_WINNER_KEY)))
+            if inserted.rowcount:
+                return record
+            continue  # a concurrent writer inserted the row first: decide against it, locked
+        current = _winner_record(row, s.get_one(Kernel, kernel_id), s.get_one(Hardware, hardware_id))
+        if current is not None and not current.stale and current.software == record.software \
+                and current.time_us <= record.time_us:
+            return current
+        _upsert_winner(s, kernel_id, hardware_id, record)
+        return record
+
+
+def _winner_insert(s: Session, kernel_id: int, hardware_id: int, record: WinnerRecord) -> Any:
+    """An INSERT of ``record``'s winner row (the caller adds its ON CONFLICT clause)."""
+    key = record.key
+    return dialect_insert(s, Winner).values(
+        kernel_id=kernel_id, hardware_id=hardware_id, sizes_key=key.sizes_key, dtypes_key=key.dtypes_key,
+        rank=len(key.sizes), sizes=list(key.sizes), dtypes=list(key.dtypes), config=record.config,
+        time_us=record.time_us, default_time_us=record.default_time_us, speedup=record.speedup,
+        software=record.software, stale=record.stale, trial_id=record.trial_id,
+        updated_at=record.updated_at or utcnow(),
+    )
+
+
 def _upsert_winner(s: Session, kernel_id: int, hardware_id: int, record: WinnerRecord) -> None:
     """Insert or replace the one winner row of ``record``'s key."""
-    key = record.key
-    values = {
-        "kernel_id": kernel_id, "hardware_id": hardware_id, "sizes_key": key.sizes_key,
-        "dtypes_key": key.dtypes_key, "rank": len(key.sizes), "sizes": list(key.sizes),
-        "dtypes": list(key.dtypes), "config": record.config, "time_us": record.time_us,
-        "default_time_us": record.default_time_us, "speedup": record.speedup,
-        "software": record.software, "stale": record.stale, "trial_id": record.trial_id,
-        "updated_at": record.updated_at or utcnow(),
-    }
-    stmt = dialect_insert(s, Winner).values(**values)
-    changes = {c: stmt.excluded[c] for c in values if c not in _WINNER_KEY}
+    stmt = _winner_insert(s, kernel_id, hardware_id, record)
+    changes = {c.name: stmt.excluded[c.name] for c in Winner.__table__.columns
+               if c.name not in (*_WINNER_KEY, "id")}
     s.execute(stmt.on_conflict_do_update(index_elements=list(_WINNER_KEY), set_=changes))
 
 

@@ -1,18 +1,24 @@
 """JSON-lines exchange format of winners: strict validation of every imported row.
 
 One object per line, as written by :meth:`WinnerRecord.to_json`. A row with an unknown or
-missing field, a wrong type, a hardware fingerprint that does not match its fields, or a config
-the backend's validator rejects is an :class:`ImportRowError` naming the line.
+missing field, a wrong type, a kernel hash that is not one, an unknown dtype, a hardware
+fingerprint that does not match its fields, a speedup that does not match its two times, or a
+config the backend's validator rejects is an :class:`ImportRowError` naming the line. Of two rows
+with the same tuning key the faster one is kept, and the report says which line was dropped.
 """
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from loopnest.db.models import CORRUPT
-from loopnest.db.records import HardwareInfo, WinnerRecord, json_object, positive_float
+from loopnest.db.records import (
+    HardwareInfo, WinnerRecord, dtype_names, json_object, kernel_hash, positive_float,
+)
 
 ConfigValidator = Callable[[str, dict[str, Any], HardwareInfo], None]  # (backend, config, tuned-on hardware)
 _HARDWARE_FIELDS = ("kind", "name", "capability", "cores", "memory_bytes", "fingerprint")
@@ -22,10 +28,14 @@ class ImportRowError(ValueError):
     """A row of an imported JSON-lines file is invalid; nothing was imported."""
 
 
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+def _text(value: Any, what: str, longest: int = 256) -> str:
+    if not isinstance(value, str) or not value or len(value) > longest:
+        raise ValueError(f"{what} must be a non-empty string of at most {longest} characters, got {value!r}")
     return value
+
+
+def _backend(value: Any, what: str) -> str:
+    return _text(value, what, 32)
 
 
 def _sizes(value: Any, what: str) -> tuple[int, ...]:
@@ -35,9 +45,9 @@ def _sizes(value: Any, what: str) -> tuple[int, ...]:
 
 
 def _dtypes(value: Any, what: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or any(not isinstance(v, str) or not v for v in value):
+    if not isinstance(value, list):
         raise ValueError(f"{what} must be a list of dtype names, got {value!r}")
-    return tuple(value)
+    return dtype_names(value, what)
 
 
 def _optional_time(value: Any, what: str) -> float | None:
@@ -98,9 +108,9 @@ def _hardware(value: Any, what: str) -> HardwareInfo:
 
 # field -> (parser, required)
 _FIELDS: dict[str, tuple[Callable[[Any, str], Any], bool]] = {
-    "kernel": (_text, True),
+    "kernel": (kernel_hash, True),
     "name": (_text, True),
-    "backend": (_text, True),
+    "backend": (_backend, True),
     "sizes": (_sizes, True),
     "dtypes": (_dtypes, True),
     "hardware": (_hardware, True),
@@ -137,18 +147,42 @@ def parse_row(text: str, validate_config: ConfigValidator) -> WinnerRecord:
         default_time_us=v.get("default_time_us"), software=v["software"],
         stale=v.get("stale", False), updated_at=v.get("updated_at"),
     )
+    claimed, derived = v.get("speedup"), record.speedup
+    if claimed is not None and (derived is None or not math.isclose(claimed, derived, rel_tol=1e-6)):
+        raise ValueError(f"speedup {claimed!r} does not match default_time_us / time_us ({derived!r})")
     _ = record.key  # the same checks as a TuningKey built in process
     return record
 
 
-def parse_lines(lines: Iterable[str], validate_config: ConfigValidator) -> list[WinnerRecord]:
-    """Every non-blank line parsed; ImportRowError naming the first bad line."""
-    records = []
+@dataclass
+class ParsedImport:
+    """The rows to import, one per tuning key, and a line for each duplicate that was dropped."""
+
+    records: list[WinnerRecord] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+
+
+def parse_lines(lines: Iterable[str], validate_config: ConfigValidator) -> ParsedImport:
+    """Every non-blank line parsed, the faster of two rows with one key kept; ImportRowError naming
+    the first bad line."""
+    kept: dict[tuple, tuple[int, WinnerRecord]] = {}
+    out = ParsedImport()
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         try:
-            records.append(parse_row(text, validate_config))
+            record = parse_row(text, validate_config)
         except ValueError as exc:
             raise ImportRowError(f"line {number}: {exc}; nothing was imported") from exc
-    return records
+        k = record.key
+        key = (k.kernel_hash, k.backend, k.sizes_key, k.dtypes_key, k.hardware.fingerprint)
+        if key in kept:
+            (first, other) = kept[key]
+            (win, won), (lose, lost) = sorted([(first, other), (number, record)], key=lambda p: p[1].time_us)
+            out.duplicates.append(f"lines {first} and {number} have the same key ({record.name} at "
+                                  f"{k.sizes_key}, {k.dtypes_key}): kept line {win} ({won.time_us:g} us), "
+                                  f"dropped line {lose} ({lost.time_us:g} us)")
+            record, number = won, win
+        kept[key] = (number, record)
+    out.records = [record for _, record in kept.values()]
+    return out

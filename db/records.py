@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +16,12 @@ from typing import Any
 
 from loopnest.core.hardware import HardwareInfo, HardwareKind  # noqa: F401 - part of db's API
 from loopnest.db.models import TrialState
+
+
+# The IR's dtype names (ir/dtypes.py; tests/test_db.py checks the two agree): the DB stores names only.
+DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+                         "uint8", "bool"})
+KERNEL_HASH = re.compile(r"[0-9a-f]{8,64}")  # a structural hash is lowercase hex (ir/hashing.py: 20 digits)
 
 
 class LookupKind(enum.StrEnum):
@@ -34,6 +41,23 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
         return json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not plain JSON: {exc}") from None
+
+
+def kernel_hash(value: Any, what: str = "kernel hash") -> str:
+    """``value`` if it is a structural hash (8 to 64 lowercase hex digits); ValueError otherwise."""
+    if not isinstance(value, str) or not KERNEL_HASH.fullmatch(value):
+        raise ValueError(f"{what} must be 8 to 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+def dtype_names(value: Any, what: str = "dtypes") -> tuple[str, ...]:
+    """``value`` (a list or tuple of IR dtype names) as a tuple; ValueError naming an unknown one."""
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{what} must be a list of dtype names, got {value!r}")
+    for d in value:
+        if not isinstance(d, str) or d not in DTYPE_NAMES:
+            raise ValueError(f"{what} holds unknown dtype {d!r}; known: {', '.join(sorted(DTYPE_NAMES))}")
+    return tuple(value)
 
 
 def positive_float(value: Any, what: str) -> float:
@@ -58,14 +82,13 @@ class TuningKey:
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(self.sizes))
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
-        if not self.kernel_hash or not self.backend:
-            raise ValueError("TuningKey needs a kernel_hash and a backend")
+        kernel_hash(self.kernel_hash)
+        dtype_names(self.dtypes, "TuningKey.dtypes")
+        if not self.backend:
+            raise ValueError("TuningKey needs a backend")
         for s in self.sizes:
             if isinstance(s, bool) or not isinstance(s, int) or s < 0:
                 raise ValueError(f"TuningKey.sizes must be ints >= 0, got {self.sizes!r}")
-        for d in self.dtypes:
-            if not isinstance(d, str) or not d or "," in d:
-                raise ValueError(f"TuningKey.dtypes must be dtype names, got {self.dtypes!r}")
 
     @property
     def sizes_key(self) -> str:
