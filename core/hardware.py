@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 # ISA extensions the C++ backend's code generation can use, in fingerprint order.
-CPU_ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx")
+CPU_ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+                 "amx")
 TOOL_TIMEOUT_S = 10
 
 
@@ -66,8 +67,9 @@ class HardwareInfo:
                 "cores": self.cores, "memory_bytes": self.memory_bytes, "fingerprint": self.fingerprint}
 
 
+@functools.cache
 def this_cpu() -> HardwareInfo:
-    """This machine's CPU."""
+    """This machine's CPU (read once per process)."""
     return cpu_hardware(_read("/proc/cpuinfo"), _read("/proc/meminfo"), os.cpu_count() or 1)
 
 

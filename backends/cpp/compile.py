@@ -12,12 +12,17 @@ from pathlib import Path
 from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
-from ...core.hardware import compiler_version
+from ...core.hardware import compiler_version, this_cpu
 from .ops import has_libmvec
 
 log = logging.getLogger("loopnest")
 
-# -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no -ffast-math).
+# -march=native: a library is built on the machine that runs it, so it gets every ISA extension
+# and the tuning of this CPU with no table of flags to keep (vecmath.h picks its AVX2/AVX-512
+# variants from the macros it defines); the cache key holds the CPU model and ISA flags (the
+# hardware fingerprint's), so a cache directory shared between hosts never serves a library built
+# for another ISA. -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no
+# -ffast-math).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno") + (
     ("-lmvec",) if has_libmvec() else ())
 
@@ -35,7 +40,8 @@ def library_path(source: str, cxx: str) -> Path:
     version = compiler_version(cxx)
     if version is None:
         raise CompileError(f"the C++ compiler {cxx!r} does not run; install it or point CXX at one that does")
-    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), version)).encode()).hexdigest()
+    cpu = this_cpu()
+    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), version, cpu.name, cpu.capability)).encode()).hexdigest()
     return settings.cache_dir("cpp") / key[:2] / f"{key}.so"
 
 
