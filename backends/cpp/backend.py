@@ -16,11 +16,11 @@ from ...scheduler.kernel import Kernel, signature
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import compile as cc
 from .codegen import generate
-from .ops import PRELUDE, simd_declarations
+from .ops import PRELUDE, simd_declarations, vecmath_source
 from .params import CppConfig, config_from_json
 from .space import search_space
 
-CODEGEN_SOURCES = codegen_sources(Path(__file__).parent)
+CODEGEN_SOURCES = (*codegen_sources(Path(__file__).parent), Path(__file__).parent / "vecmath.h")
 
 
 class CppBackend:
@@ -53,7 +53,8 @@ class CppBackend:
 
     def module_source(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> str:
         """The whole translation unit for a graph's kernels."""
-        return PRELUDE + simd_declarations() + "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
+        body = "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
+        return PRELUDE + vecmath_source(body) + simd_declarations() + body
 
     def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> Artifact:
         if not kernels:

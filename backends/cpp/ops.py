@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes.util
 import functools
+from pathlib import Path
 from typing import Callable
 
 from ...ir import dtypes as dt
@@ -70,21 +71,39 @@ RENDER: dict[Op, Callable[..., str]] = {
 }
 
 
-# Ops rendered as C math library calls: ``expf`` for float, ``exp`` for double. Where glibc's
-# libmvec is present these are declared ``simd`` so that ``omp simd`` loops call its AVX2/AVX-512
-# variants instead of the scalar functions (8 floats per call).
+# Ops rendered as math calls: ``expf`` for float, ``exp`` for double. Where glibc's libmvec is
+# present these are declared ``simd`` so that ``omp simd`` loops call its AVX2/AVX-512 variants
+# instead of the scalar functions (8 floats per call). Float ops in ``VECMATH`` call loopnest's
+# own vector math instead (``vecmath.h``); names starting ``ln_`` are prelude functions.
 LIBM = {
     Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG2: "log2",
     Op.LOG10: "log10", Op.LOG1P: "log1p", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
     Op.ASIN: "asin", Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh", Op.COSH: "cosh",
     Op.TANH: "tanh", Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh", Op.ERF: "erf",
-    Op.ERFC: "erfc",
+    Op.ERFC: "erfc", Op.SIGMOID: "ln_sigmoid",
 }
+
+# float32 ops computed by vecmath.h: (the function, the template it instantiates)
+VECMATH = {
+    Op.EXP: ("ln_expf", "exp_"), Op.LOG: ("ln_logf", "log_"), Op.TANH: ("ln_tanhf", "tanh_"),
+    Op.ERF: ("ln_erff", "erf_"), Op.SIGMOID: ("ln_sigmoidf", "sigmoid_"),
+}
+VECMATH_HEADER = (Path(__file__).parent / "vecmath.h").read_text()
 
 
 def render_libm(op: Op, dtype: DType, arg: str) -> str:
-    """A libm call of the precision of ``dtype``'s compute type."""
-    return f"{LIBM[op]}{'f' if ctype(dtype) == 'float' else ''}({arg})"
+    """A math call of the precision of ``dtype``'s compute type."""
+    single = ctype(dtype) == "float"
+    if single and op in VECMATH:
+        return f"{VECMATH[op][0]}({arg})"
+    name = LIBM[op]
+    return f"{name}{'f' if single and not name.startswith('ln_') else ''}({arg})"
+
+
+def vecmath_source(code: str) -> str:
+    """vecmath.h with the functions ``code`` calls instantiated (each costs g++ time: only those)."""
+    used = [f"LN_VECMATH({name}, {impl})" for name, impl in VECMATH.values() if f"{name}(" in code]
+    return VECMATH_HEADER + "\n".join(used) + "\n" if used else ""
 
 
 def simd_declarations() -> str:
@@ -93,8 +112,9 @@ def simd_declarations() -> str:
         return ""
     lines = []
     for name in LIBM.values():
-        lines.append(f'__attribute__((simd("notinbranch"))) float {name}f(float);')
-        lines.append(f'__attribute__((simd("notinbranch"))) double {name}(double);')
+        if not name.startswith("ln_"):
+            lines.append(f'__attribute__((simd("notinbranch"))) float {name}f(float);')
+            lines.append(f'__attribute__((simd("notinbranch"))) double {name}(double);')
     return 'extern "C" {\n' + "\n".join(lines) + "\n}\n"
 
 

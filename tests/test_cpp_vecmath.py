@@ -1,0 +1,103 @@
+"""vecmath.h: accuracy against float64 in ulp, special values, and every vector ABI variant
+computing the same bits as the scalar function; generated kernels call it."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import loopnest as ln
+from loopnest.backends.cpp import vecmath_probe as probe
+from loopnest.backends.cpp.backend import CppBackend
+from loopnest.backends.cpp.ops import VECMATH
+from test_backends import kernels_of
+
+NAMES = sorted(probe.REFERENCES)
+HEADER = (Path(probe.__file__).parent / "vecmath.h").read_text()
+
+
+def test_every_vecmath_function_is_probed():
+    assert {name for name, _ in VECMATH.values()} == set(NAMES) == set(probe.BOUNDS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header_documents_the_asserted_bound(name):
+    bound = re.search(rf"//\s+{name}\s+<= ([0-9.]+) ulp", HEADER)
+    assert bound, f"vecmath.h does not state {name}'s error bound"
+    assert float(bound.group(1)) == probe.BOUNDS[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_within_documented_bound_on_a_million_inputs(name):
+    acc = probe.measure(name, 1_000_000)
+    assert acc.inputs > 1_000_000
+    assert acc.max_ulp <= probe.BOUNDS[name], acc
+    assert acc.mean_ulp < 0.5, acc
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_special_values_are_exact(name):
+    x = probe.SPECIALS
+    got, want = probe.run(name, x), probe.reference(name, x).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (x, got, want)
+    finite = ~np.isnan(want)
+    assert np.array_equal(got[finite], want[finite]), (x, got, want)
+    assert np.array_equal(np.signbit(got[finite]), np.signbit(want[finite])), (x, got, want)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_denormal_inputs_and_results(name):
+    tiny = np.array([1e-45, -1e-45, 3e-42, -3e-42, 1.1754942e-38, -1.1754942e-38], np.float32)
+    x = np.abs(tiny) if name == "ln_logf" else tiny
+    err = probe.ulp_error(probe.run(name, x), probe.reference(name, x))
+    assert err.max() <= probe.BOUNDS[name], (x, err)
+
+
+def test_exp_boundaries():
+    """Overflow to inf right above log(FLT_MAX), and denormal results down to 2^-149."""
+    x = np.array([88.72283, 88.7228, 88.7228394, 89.0, -87.3365, -100.0, -103.0, -103.9721, -104.0],
+                 np.float32)
+    got = probe.run("ln_expf", x)
+    assert np.isinf(got[2:4]).all() and np.isfinite(got[:2]).all()
+    assert got[-1] == 0 and float(got[-3]) == 2.0**-149
+    assert probe.ulp_error(got, probe.reference("ln_expf", x)).max() <= probe.BOUNDS["ln_expf"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_all_vector_variants_match_the_scalar_function_bit_for_bit(name):
+    x = np.concatenate([probe.random_inputs(name, 100_000, seed=1), probe.SPECIALS, probe.EDGES])
+    scalar = probe.run(name, x, "scalar")
+    paths = probe.paths(name)
+    assert {"simd", "bN4"} <= set(paths)
+    for path in paths:
+        got = probe.run(name, x, path)
+        assert np.array_equal(got.view(np.uint32), scalar.view(np.uint32)) or np.array_equal(
+            got, scalar, equal_nan=True), path
+
+
+def module_source(op, x):
+    """The C++ translation unit of ``op`` applied to the placeholder ``x`` (DSL)."""
+    backend = CppBackend()
+    return backend.module_source([(k, backend.default_config(k)) for k in kernels_of([op(x)], [x])])
+
+
+@pytest.mark.parametrize("op, fn, name", [(ln.exp, torch.exp, "ln_expf"), (ln.log, torch.log, "ln_logf"),
+                                          (ln.tanh, torch.tanh, "ln_tanhf"), (ln.erf, torch.erf, "ln_erff"),
+                                          (ln.sigmoid, torch.sigmoid, "ln_sigmoidf")])
+def test_generated_kernels_call_vecmath_and_match_eager(op, fn, name):
+    x = ln.placeholder("x", (67, 129), ln.float32)
+    source = module_source(op, x)
+    assert f"{name}(" in source and f"LN_VECMATH({name}," in source
+    a = torch.randn(67, 129) * 4
+    if fn is torch.log:
+        a = a.abs() + 1e-3
+    torch.testing.assert_close(ln.compile(op(x), backend="cpp")(a), fn(a), rtol=3e-7, atol=1e-38)
+
+
+def test_float64_keeps_libm():
+    x = ln.placeholder("x", (33, 17), ln.float64)
+    source = module_source(ln.exp, x)
+    assert "ln_expf(" not in source and "LN_VECMATH" not in source
+    a = torch.randn(33, 17, dtype=torch.float64)
+    torch.testing.assert_close(ln.compile(ln.exp(x), backend="cpp")(a), torch.exp(a), rtol=1e-15, atol=0)
