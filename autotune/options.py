@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-SIZE_CLASSES = ("gpu", "cpu", "tiny")  # input sizes of the built-in workloads (autotune/workloads.py)
+SIZE_CLASSES = ("gpu", "cpu", "cache", "tiny")  # input sizes of the built-in workloads (autotune/workloads.py)
 TUNE_MODES = ("off", "db", "sweep")  # heuristics only; stored winners; winners, then tune the misses
 SAMPLERS = ("auto", "tpe", "grid", "random", "cmaes")
 

@@ -1,4 +1,7 @@
-"""Built-in workloads: torch functions with example inputs at GPU, CPU and tiny (test) sizes.
+"""Built-in workloads: torch functions with example inputs at GPU, CPU, cache and tiny sizes.
+
+The ``cache`` sizes hold 2-8 MB of inputs: they fit in L2/L3, so compute efficiency shows on a
+few cores the way it does on a many-core host, where the data spreads across many caches.
 
 Each is compiled through the ATen lowering (``loopnest.compile_fx``), so tuning sees the kernels
 a PyTorch user gets. ``resolve("module:function")`` loads a user workload: a function of no
@@ -45,8 +48,10 @@ def _rows_wb(rows, cols, gen):
     return _randn(gen, rows, cols), _randn(gen, cols), _randn(gen, cols)
 
 
-def _sizes(gpu, cpu, tiny=(64, 96)) -> dict[str, tuple[int, int]]:
-    return {"gpu": gpu, "cpu": cpu, "tiny": tiny}
+def _sizes(gpu, cpu, tiny=(64, 96), cache=None) -> dict[str, tuple[int, int]]:
+    """Sizes by class; ``cache`` defaults to the CPU rows / 16 (2-8 MB for the CPU sizes here)."""
+    cache = cache or (max(1, cpu[0] // 16), cpu[1])
+    return {"gpu": gpu, "cpu": cpu, "cache": cache, "tiny": tiny}
 
 
 def gelu_scale_bias(x, s, b):
@@ -112,33 +117,35 @@ def _attn_inputs(rows, cols, gen):
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("gelu_scale_bias", gelu_scale_bias, _rows_wb, _sizes((32768, 8192), (8192, 4096)), "gelu(x*s+b)"),
-    Workload("softmax", softmax, _rows, _sizes((32768, 4096), (8192, 2048)), "softmax(x, -1)"),
-    Workload("layernorm", layernorm, _rows_wb, _sizes((32768, 4096), (8192, 2048)),
+    Workload("gelu_scale_bias", gelu_scale_bias, _rows_wb, _sizes((32768, 8192), (8192, 4096), cache=(256, 4096)), "gelu(x*s+b)"),
+    Workload("softmax", softmax, _rows, _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)), "softmax(x, -1)"),
+    Workload("layernorm", layernorm, _rows_wb, _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)),
              "layer_norm(x, (C,), w, b)"),
     Workload("rmsnorm_bf16", rmsnorm_bf16,
              lambda r, c, g: (_randn(g, r, c, dtype=torch.bfloat16), _randn(g, c, dtype=torch.bfloat16)),
-             _sizes((32768, 4096), (8192, 2048)), "(x.float()*rsqrt(mean(x.float()^2)+1e-6)).to(bf16)*w"),
+             _sizes((32768, 4096), (8192, 2048), cache=(1024, 2048)),
+             "(x.float()*rsqrt(mean(x.float()^2)+1e-6)).to(bf16)*w"),
     Workload("add_layernorm", add_layernorm,
              lambda r, c, g: (_randn(g, r, c), _randn(g, r, c), _randn(g, c), _randn(g, c)),
-             _sizes((32768, 4096), (8192, 2048)), "layer_norm(x+y, (C,), w, b)"),
-    Workload("sum_dim0", sum_dim0, _rows, _sizes((32768, 8192), (8192, 4096)), "x.sum(0)"),
+             _sizes((32768, 4096), (8192, 2048), cache=(256, 2048)), "layer_norm(x+y, (C,), w, b)"),
+    Workload("sum_dim0", sum_dim0, _rows, _sizes((32768, 8192), (8192, 4096), cache=(256, 4096)), "x.sum(0)"),
     Workload("full_absmax", full_absmax, lambda r, c, g: (_randn(g, r),),
-             _sizes((1 << 28, 0), (1 << 25, 0), (5000, 0)), "x.abs().amax()"),
-    Workload("var_mean", var_mean, _rows, _sizes((32768, 4096), (8192, 2048)), "var_mean(x, dim=1)"),
+             _sizes((1 << 28, 0), (1 << 25, 0), (5000, 0), cache=(1 << 20, 0)), "x.abs().amax()"),
+    Workload("var_mean", var_mean, _rows, _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)), "var_mean(x, dim=1)"),
     Workload("logsumexp_ce", logsumexp_ce,
              lambda r, c, g: (_randn(g, r, c), torch.randint(0, c, (r,), generator=g)),
-             _sizes((32768, 4096), (8192, 2048)), "(logsumexp(x,1) - x.gather(1,t[:,None]).squeeze(1)).mean()"),
+             _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)),
+             "(logsumexp(x,1) - x.gather(1,t[:,None]).squeeze(1)).mean()"),
     Workload("bias_gelu_bf16", bias_gelu_bf16,
              lambda r, c, g: (_randn(g, r, c, dtype=torch.bfloat16), _randn(g, c, dtype=torch.bfloat16)),
-             _sizes((8192, 16384), (4096, 4096)), "gelu(x+b, approximate='tanh'), bf16"),
-    Workload("attn_softmax", attn_softmax, _attn_inputs, _sizes((32 * 2048, 2048), (8 * 1024, 1024), (2 * 48, 48)),
+             _sizes((8192, 16384), (4096, 4096), cache=(512, 4096)), "gelu(x+b, approximate='tanh'), bf16"),
+    Workload("attn_softmax", attn_softmax, _attn_inputs, _sizes((32 * 2048, 2048), (8 * 1024, 1024), (2 * 48, 48), (4 * 512, 512)),
              "softmax(scores*0.125 + causal_mask, -1) over heads x queries x keys"),
     Workload("swiglu", swiglu, lambda r, c, g: (_randn(g, r, c), _randn(g, r, c)),
-             _sizes((32768, 8192), (8192, 4096)), "silu(g) * a"),
+             _sizes((32768, 8192), (8192, 4096), cache=(128, 4096)), "silu(g) * a"),
     Workload("residual_rmsnorm", residual_rmsnorm,
              lambda r, c, g: (_randn(g, r, c), _randn(g, r, c), _randn(g, c)),
-             _sizes((32768, 4096), (8192, 2048)), "h = x + r; (h, h*rsqrt(mean(h^2)+1e-6)*w)"),
+             _sizes((32768, 4096), (8192, 2048), cache=(256, 2048)), "h = x + r; (h, h*rsqrt(mean(h^2)+1e-6)*w)"),
 ]}
 TEN = ("gelu_scale_bias", "softmax", "layernorm", "rmsnorm_bf16", "add_layernorm", "sum_dim0",
        "full_absmax", "var_mean", "logsumexp_ce", "bias_gelu_bf16")

@@ -1,11 +1,13 @@
-"""CPU suite: eager vs Inductor (C++) vs loopnest (C++) on the ten suite workloads, side by side.
+"""CPU suite: eager vs Inductor (C++) vs loopnest (C++, defaults and tuned), side by side.
 
-Prints one markdown table: median ms of each, loopnest's speedup over both, the fraction of the
-machine's copy bandwidth each reaches (bytes = every input read once + every output written
-once) and the cold compile time of Inductor and loopnest. Timings are interleaved round by
-round so the shared machine's noise hits all three alike.
+Prints one markdown table: median ms of each, loopnest's speedups, the fraction of this machine's
+copy bandwidth each reaches (bytes = every input read once + every output written once; the copy
+bandwidth is measured in the same run, on buffers of the size class's footprint) and the cold
+compile times. "loopnest tuned" compiles with ``tune="sweep"`` and a few trials per kernel
+(``--trials``), its winners kept in a tuning DB made for this run only. Timings are interleaved
+round by round so the shared machine's noise hits every column alike.
 
-Run: python bench/cpu_suite.py [--rounds N] [--copy-gbs 28] [WORKLOAD ...]
+Run: python bench/cpu_suite.py [--size cpu|cache] [--rounds N] [--trials N] [WORKLOAD ...]
 The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so no
 kernel pays page faults for a freshly unmapped output on every call.
 """
@@ -22,6 +24,7 @@ from common import reexec_with_malloc_thresholds, tensor_bytes
 reexec_with_malloc_thresholds()
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
+os.environ["LOOPNEST_DB"] = f"sqlite:///{tempfile.mkdtemp(prefix='loopnest-db-')}/tuning.db"
 
 import torch  # noqa: E402
 
@@ -30,6 +33,24 @@ from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
 
+# Bytes each copy-bandwidth buffer holds, per size class: far beyond the caches for "cpu", the
+# suite's footprint (inputs of 2-8 MB) for "cache".
+COPY_BYTES = {"cpu": 256 << 20, "cache": 4 << 20}
+COLUMNS = ("eager", "inductor", "loopnest", "tuned")
+
+
+def copy_gbs(size: str, repeat: int = 30) -> float:
+    """This machine's copy bandwidth in GB/s (read + write bytes), the best of ``repeat`` copies
+    of a ``COPY_BYTES[size]`` float32 buffer with torch's threads."""
+    src = torch.randn(COPY_BYTES[size] // 4)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / best / 1e9
+
 
 def timed_first_call(fn, args) -> tuple[object, float]:
     t0 = time.perf_counter()
@@ -37,18 +58,25 @@ def timed_first_call(fn, args) -> tuple[object, float]:
     return out, time.perf_counter() - t0
 
 
-def run(name: str, rounds: int, copy_gbs: float) -> dict:
+def compiled(fn, trials: int) -> dict:
+    """The compiled versions of ``fn`` this suite compares, by column."""
+    tuning = {"trials": trials, "db_url": os.environ["LOOPNEST_DB"]}
+    return {"inductor": torch.compile(fn),
+            "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"}),
+            "tuned": torch.compile(fn, backend="loopnest",
+                                   options={"backend": "cpp", "tune": "sweep", "tuning": tuning})}
+
+
+def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
     w = WORKLOADS[name]
-    args = w.inputs("cpu")
+    args = w.inputs(size)
     torch._dynamo.reset()
-    inductor = torch.compile(w.fn)
-    ours = torch.compile(w.fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})
     expect = w.fn(*args)
-    got_ind, cold_ind = timed_first_call(inductor, args)
-    got_ours, cold_ours = timed_first_call(ours, args)
-    for got in (got_ind, got_ours):
+    fns, cold = {"eager": w.fn}, {}
+    for column, fn in compiled(w.fn, trials).items():
+        got, cold[column] = timed_first_call(fn, args)
         torch.testing.assert_close(got, expect, atol=2e-2, rtol=2e-2)
-    fns = {"eager": w.fn, "inductor": inductor, "loopnest": ours}
+        fns[column] = fn
     times = {k: [] for k in fns}
     for _ in range(3):
         for fn in fns.values():
@@ -60,32 +88,38 @@ def run(name: str, rounds: int, copy_gbs: float) -> dict:
             times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     moved = tensor_bytes(args) + tensor_bytes(expect)
-    frac = {k: moved / (v / 1e3) / (copy_gbs * 1e9) for k, v in med.items()}
-    return dict(name=name, ms=med, frac=frac, cold_inductor=cold_ind, cold_loopnest=cold_ours, mb=moved / 1e6)
+    frac = {k: moved / (v / 1e3) / (gbs * 1e9) for k, v in med.items()}
+    return dict(name=name, ms=med, frac=frac, cold=cold, mb=moved / 1e6)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("--size", default="cpu", choices=sorted(COPY_BYTES), help="size class of the inputs")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--copy-gbs", type=float, default=28.0, help="measured copy bandwidth, GB/s")
+    parser.add_argument("--trials", type=int, default=8, help="configs tried per kernel for the tuned column")
     opts = parser.parse_args()
-    print(f"# CPU suite, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"copy ceiling {opts.copy_gbs} GB/s, {time.strftime('%Y-%m-%d')}")
-    print("| workload | MB moved | eager ms | inductor ms | loopnest ms | vs eager | vs inductor "
-          "| frac eager | frac inductor | frac loopnest | cold inductor s | cold loopnest s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    ratios = []
+    gbs = copy_gbs(opts.size)
+    print(f"# CPU suite, size {opts.size}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"measured copy bandwidth {gbs:.1f} GB/s ({COPY_BYTES[opts.size] >> 20} MB buffers), "
+          f"{opts.trials} trials per kernel, {time.strftime('%Y-%m-%d')}")
+    print("| workload | MB moved | eager ms | inductor ms | loopnest ms | tuned ms | inductor/loopnest "
+          "| inductor/tuned | eager/tuned | frac eager | frac inductor | frac loopnest | frac tuned "
+          "| cold inductor s | cold loopnest s | cold tuned s |")
+    print("|---" * 16 + "|")
+    ratios: dict[str, list[float]] = {"loopnest": [], "tuned": []}
     for name in opts.workloads:
-        r = run(name, opts.rounds, opts.copy_gbs)
-        ms, fr = r["ms"], r["frac"]
-        ratios.append(ms["inductor"] / ms["loopnest"])
-        print(f"| {name} | {r['mb']:.0f} | {ms['eager']:.2f} | {ms['inductor']:.2f} | {ms['loopnest']:.2f} "
-              f"| {ms['eager'] / ms['loopnest']:.2f} | {ms['inductor'] / ms['loopnest']:.2f} "
-              f"| {fr['eager']:.2f} | {fr['inductor']:.2f} | {fr['loopnest']:.2f} "
-              f"| {r['cold_inductor']:.2f} | {r['cold_loopnest']:.2f} |", flush=True)
-    geo = statistics.geometric_mean(ratios)
-    print(f"\ngeometric mean of inductor/loopnest time ratios: {geo:.2f}")
+        r = run(name, opts.size, opts.rounds, opts.trials, gbs)
+        ms, fr, cold = r["ms"], r["frac"], r["cold"]
+        for k in ratios:
+            ratios[k].append(ms["inductor"] / ms[k])
+        print(f"| {name} | {r['mb']:.0f} | " + " | ".join(f"{ms[k]:.2f}" for k in COLUMNS)
+              + f" | {ms['inductor'] / ms['loopnest']:.2f} | {ms['inductor'] / ms['tuned']:.2f} "
+              f"| {ms['eager'] / ms['tuned']:.2f} | " + " | ".join(f"{fr[k]:.2f}" for k in COLUMNS)
+              + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold['tuned']:.1f} |", flush=True)
+    print("\ngeometric mean of inductor/loopnest time ratios: "
+          f"defaults {statistics.geometric_mean(ratios['loopnest']):.2f}, "
+          f"tuned {statistics.geometric_mean(ratios['tuned']):.2f}")
 
 
 if __name__ == "__main__":
