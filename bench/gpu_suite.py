@@ -1,14 +1,16 @@
 """GPU suite: eager vs Inductor (default, max-autotune) vs loopnest (heuristic, tuned) on CUDA.
 
-For each of the ten workloads at GPU sizes: the median time of each variant (do_bench, inputs
-several times larger than L2), the fraction of the measured copy bandwidth each reaches (bytes =
-every input read once + every output written once), cold compile time of each, and a check
-against eager. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
+For each workload at GPU sizes (the ten, the new rows and the training rows of
+autotune/workloads.py): the median time of each variant (do_bench, inputs several times larger
+than L2), the fraction of the measured copy bandwidth each reaches on the workload's minimum bytes
+(``Workload.min_bytes``: every input read once + every output written once; training rows, timed
+as one forward + backward step, count their passes), cold compile time of each, a check against
+float64 (outputs and gradients), and for training rows the GPU kernels one step launches. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
 (fill it first with ``autotune sweep --backend triton ...``); it is left out without ``--tuned``.
 Then it measures the warm start of loopnest and of Inductor: a new process per graph compiling it
 from the on-disk caches, timed after imports, CUDA init and a throwaway compile.
 
-Run on the device: python bench/gpu_suite.py [--tuned] [--copy-gbs 4281] [WORKLOAD ...]
+Run on the device: python bench/gpu_suite.py [--tuned] [--no-warm] [--copy-gbs 4281] [WORKLOAD ...|new|train]
 (``LOOPNEST_WARM_PROFILE=DIR`` writes a cProfile listing of each warm graph's first run there)
 Check the script itself on a CPU: TRITON_INTERPRET=1 python bench/gpu_suite.py --smoke softmax
 """
@@ -23,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from common import median_ms, tensor_bytes
+from common import median_ms
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
@@ -32,7 +34,9 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
+from loopnest.autotune.workloads import (GRAD_TOLERANCE, NEW_ROWS, TEN, TOLERANCE, TRAIN_ROWS,  # noqa: E402
+                                         WORKLOADS, float64_results, grad_output, relative_error,
+                                         training_step)
 
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
@@ -79,7 +83,7 @@ print(json.dumps(out))
 """
 
 
-def variants(fn, tuned: bool, smoke: bool = False) -> dict:
+def variants(fn, tuned: bool, smoke: bool = False, train: bool = False) -> dict:
     out = {
         "eager": fn,
         "inductor": torch.compile(fn),
@@ -88,7 +92,7 @@ def variants(fn, tuned: bool, smoke: bool = False) -> dict:
     }
     if smoke:
         del out["inductor_max"]  # max-autotune needs a GPU
-    else:
+    elif not train:
         out["loopnest_cg"] = torch.compile(fn, backend="loopnest",
                                            options={"backend": "triton", "tune": "off", "cudagraphs": True})
     if tuned:
@@ -96,50 +100,58 @@ def variants(fn, tuned: bool, smoke: bool = False) -> dict:
     return out
 
 
-def check(got, want, name: str, variant: str) -> str:
-    """Relative error ||got - want|| / ||want|| against a float64 reference (bf16 results: the
-    eager result), under 1e-5 for float32 and 1e-2 for bf16; integer results exactly."""
+def check(got, want, name: str, variant: str, dtypes: list, train: bool) -> str:
+    """Each result against float64 on the same inputs: ``||got - want|| / ||want||`` under
+    ``TOLERANCE`` (gradients of training rows: ``GRAD_TOLERANCE``, see autotune/workloads.py),
+    integers exactly, dtypes as eager's."""
     got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
-    for g, w in zip(got, want):
+    for k, (g, w, d) in enumerate(zip(got, want, dtypes, strict=True)):
         if not w.dtype.is_floating_point:
             ok, err = torch.equal(g, w), 0.0
         else:
-            err = ((g.double() - w.double()).norm() / w.double().norm().clamp_min(1e-30)).item()
-            ok = err < (1e-2 if w.dtype in (torch.float16, torch.bfloat16) else 1e-5) and g.dtype == w.dtype
+            err = relative_error(g, w)
+            ok = err < (GRAD_TOLERANCE if train and k else TOLERANCE)[g.dtype] and g.dtype == d
         if not ok:
-            print(f"MISMATCH {name}/{variant}: relative error {err:.3g}", flush=True)
+            print(f"MISMATCH {name}/{variant} result {k}: relative error {err:.3g}", flush=True)
             return "WRONG"
     return "ok"
 
 
-def reference(fn, args):
-    """float64 eager result for float32 workloads (cast back), eager otherwise."""
-    if any(a.dtype in (torch.float16, torch.bfloat16) for a in args):
-        return fn(*args)
-    out = fn(*[a.double() if a.is_floating_point() else a for a in args])
-    return tuple(o.float() if o.is_floating_point() else o for o in out) if isinstance(out, tuple) else (
-        out.float() if out.is_floating_point() else out)
-
-
 def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str = "cuda") -> dict:
     w = WORKLOADS[name]
-    args = w.inputs(size, device=device)
+    args = w.train_inputs(size, device=device) if w.train else w.inputs(size, device=device)
     torch._dynamo.reset()
-    want = reference(w.fn, args)
-    result = {"name": name, "ms": {}, "cold_s": {}, "status": {}}
-    for variant, fn in variants(w.fn, tuned, device != "cuda").items():
+    want = float64_results(w, args)
+    with torch.no_grad():
+        eager = w.fn(*[a.detach() for a in args])
+    grad_out = grad_output(eager) if w.train else None
+    dtypes = [eager.dtype] + [a.dtype for a in args if a.requires_grad] if w.train else \
+        [o.dtype for o in (eager if isinstance(eager, tuple) else (eager,))]
+    result = {"name": name, "ms": {}, "cold_s": {}, "status": {}, "kernels": {}}
+    for variant, fn in variants(w.fn, tuned, device != "cuda", w.train).items():
+        call = (lambda fn=fn: training_step(fn, args, grad_out)) if w.train else (lambda fn=fn: fn(*args))
         sync(device)
         t0 = time.perf_counter()
-        got = fn(*args)
+        got = call()
         sync(device)
         result["cold_s"][variant] = time.perf_counter() - t0
-        result["status"][variant] = check(got, want, name, variant)
-        result["ms"][variant] = bench(lambda: fn(*args), device)
-    moved = tensor_bytes(args) + tensor_bytes(want)
+        result["status"][variant] = check(got, want, name, variant, dtypes, w.train)
+        result["ms"][variant] = bench(call, device)
+        if w.train and device == "cuda":
+            result["kernels"][variant] = count_kernels(call)
+    moved = w.min_bytes(args, want)
     result["frac"] = {k: moved / (v / 1e3) / (copy_gbs * 1e9) for k, v in result["ms"].items()}
     result["mb"] = moved / 1e6
     return result
+
+
+def count_kernels(call) -> int:
+    """GPU kernels one call launches (memsets and copies left out), from the profiler."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memset", "Memcpy", "[memset", "[memcpy")))
 
 
 def sync(device: str) -> None:
@@ -194,7 +206,9 @@ def print_warm(warm: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("workloads", nargs="*", default=list(TEN),
+                        help="workload names; 'new' and 'train' stand for the new and the training rows")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-start measurement")
     parser.add_argument("--tuned", action="store_true", help="add loopnest with tune='db' (LOOPNEST_DB)")
     parser.add_argument("--copy-gbs", type=float, default=4281.0, help="measured copy bandwidth, GB/s")
     parser.add_argument("--json", help="also write the results here")
@@ -203,6 +217,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="CPU smoke test of this script: tiny sizes, Triton interpreter, no warm start")
     opts = parser.parse_args()
+    groups = {"new": NEW_ROWS, "train": TRAIN_ROWS}
+    opts.workloads = [n for name in opts.workloads for n in groups.get(name, (name,))]
     size, device = ("tiny", "cpu") if opts.smoke else ("gpu", "cuda")
     dev = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke run)"
     print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs} GB/s, "
@@ -215,7 +231,7 @@ def main() -> None:
         print_warm(warm_start(opts.workloads))
         return
     results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
-    warm = {} if opts.smoke else warm_start(opts.workloads)
+    warm = {} if opts.smoke or opts.no_warm else warm_start(opts.workloads)
     cols = list(results[0]["ms"])
     print("| workload | MB | " + " | ".join(f"{c} ms" for c in cols) + " | " + " | ".join(f"{c} frac" for c in cols)
           + " | " + " | ".join(f"{c} cold s" for c in cols[1:]) + " | loopnest warm s | checks |")
@@ -228,6 +244,9 @@ def main() -> None:
         total = warm.get(r["name"], {}).get("total", float("nan"))
         print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {total:.3f} "
               f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
+    for r in results:
+        if r["kernels"]:
+            print(f"kernels per step, {r['name']}: " + ", ".join(f"{c} {n}" for c, n in r["kernels"].items()))
     print_warm(warm)
     for ref in ("inductor", "inductor_max"):
         for ours in ("loopnest", "loopnest_tuned"):
