@@ -90,11 +90,13 @@ def options_for_mode(mode: str | None) -> dict:
     return options
 
 
-def explain(fn, *example_inputs, **options) -> Explanation:
+def explain(fn, *example_inputs, dynamic: bool | None = None, **options) -> Explanation:
     """Compile ``fn`` (function or module) with ``torch.compile(backend="loopnest")``, run it once
-    on ``example_inputs``, and describe every graph compiled during that run. ``options`` are the
-    backend's (``backend=``, ``tune=``)."""
+    on ``example_inputs``, and describe every graph compiled during that run, with each kernel's
+    config decision. ``dynamic``: torch.compile's (True: symbolic sizes, configs chosen per size
+    bucket at call time); ``options`` are the backend's (``backend=``, ``tune=``, ``tuning=``)."""
     recorded: list[LoweredGraph] = []
-    compiled = torch.compile(fn, backend=loopnest_backend, options={**options, "recorder": recorded.append})
+    compiled = torch.compile(fn, backend=loopnest_backend, dynamic=dynamic,
+                             options={**options, "recorder": recorded.append})
     compiled(*example_inputs)
     return Explanation([GraphInfo.from_lowered(g) for g in recorded])

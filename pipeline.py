@@ -6,7 +6,7 @@ import contextlib
 import gc
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import torch
 
@@ -16,7 +16,7 @@ from .core.counters import counters
 from .ir.nodes import Graph
 from .ir.printer import format_graph
 from .ir.verify import verify
-from .runtime.compiled import CompiledGraph
+from .runtime.compiled import CompiledGraph, SizeDispatch
 from .scheduler import Schedule
 from .scheduler import schedule as schedule_graph
 
@@ -50,6 +50,10 @@ class Tuner(Protocol):
     def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
         """Tune ``kernels`` of ``compiled`` (or nothing, when this tuner only looks up)."""
 
+    def at_sizes(self, schedule: Schedule, backend: Backend, fixed: Collection[str]) -> SizeDispatch | None:
+        """What chooses, at call time, the configs of kernels with symbolic sizes (not those in
+        ``fixed``, whose configs were given); None when there are none."""
+
 
 @contextlib.contextmanager
 def gc_paused():
@@ -70,29 +74,33 @@ def compile_graph(graph: Graph, backend: Backend, name: str = "graph", configs: 
 
     ``configs`` (kernel name -> config) win over everything; other kernels get what ``tuner``
     finds (None: the backend's heuristics), and a tuner that sweeps tunes its misses on
-    ``example`` (inputs, and PyTorch's outputs when known). ``compiled.tuning`` says where each
-    kernel's config came from.
+    ``example`` (inputs, and PyTorch's outputs when known). Kernels with symbolic sizes get
+    their configs per call sizes from the tuner's ``at_sizes``. ``compiled.tuning`` says where
+    each kernel's config came from.
     """
     with gc_paused():
         verify(graph)
         sched = schedule_graph(graph, name)
     explicit = dict(configs or {})
     plan = tuner.lookup(sched, backend, example) if tuner is not None else ConfigPlan()
-    compiled = _build(sched, backend, {**plan.configs, **explicit}, name, plan.decisions)
+    dispatch = tuner.at_sizes(sched, backend, explicit) if tuner is not None else None
+    compiled = _build(sched, backend, {**plan.configs, **explicit}, name, plan.decisions, dispatch)
     misses = [k for k in plan.misses if k not in explicit]
     if tuner is not None and misses:
         swept = tuner.sweep(compiled, misses, example)
         if swept.configs:
             decisions = {**plan.decisions, **swept.decisions}
-            compiled = _build(sched, backend, {**plan.configs, **swept.configs, **explicit}, name, decisions)
+            compiled = _build(sched, backend, {**plan.configs, **swept.configs, **explicit}, name, decisions, dispatch)
     return compiled
 
 
-def _build(sched: Schedule, backend: Backend, configs: dict, name: str, decisions: dict) -> CompiledGraph:
+def _build(sched: Schedule, backend: Backend, configs: dict, name: str, decisions: dict,
+           dispatch: SizeDispatch | None) -> CompiledGraph:
     chosen = [(k, configs.get(k.name) or backend.default_config(k)) for k in sched.kernels]
     artifact = backend.compile(chosen)
     counters["graphs_compiled"] += 1
-    compiled = CompiledGraph(sched, artifact, backend, name, {k.name: c for k, c in chosen}, decisions)
+    compiled = CompiledGraph(sched, artifact, backend, name, {k.name: c for k, c in chosen}, decisions,
+                             dispatch=dispatch)
     if settings.current().debug:
         _write_debug(compiled, backend, chosen)
     return compiled

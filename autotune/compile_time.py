@@ -7,20 +7,19 @@ with a warning and never executed). A stale winner (other software or codegen ve
 the nearest shape is only a warm start: the kernel gets its default and the decision says so.
 ``tune="sweep"``: kernels without an exact winner are tuned on example inputs (given, or random
 ones with the reference interpreter as the oracle) and their winners stored. No benchmark runs
-for a kernel served from the DB.
+for a kernel served from the DB. Kernels with symbolic sizes are not looked up here: their
+configs are chosen per call sizes (``DbTuner.at_sizes``, ``autotune.dispatch``).
 """
 from __future__ import annotations
 
-import enum
 import logging
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Collection, Sequence
 
 import torch
 
 from ..backends.base import Backend
 from ..core.timing import BenchOptions
-from ..db.api import LookupKind, TuningKey, db_exists, open_db, resolve_url
+from ..db.api import db_exists, open_db, resolve_url
 from ..ir.dtypes import Kind
 from ..ir.expr import loads
 from ..ir.index import Indirect, evaluate
@@ -29,32 +28,14 @@ from ..ir.nodes import Extern, Graph
 from ..pipeline import ConfigPlan, GraphExample
 from ..runtime.compiled import CompiledGraph
 from ..scheduler import Schedule
+from .decisions import Decision, Source, decide
+from .dispatch import SizeTuner
 from .harness import GraphHarness
-from .keys import tuning_key
+from .keys import kernel_symbols, tuning_key
 from .options import TuneSettings, check_mode
 from .tuner import GraphTuner
 
 log = logging.getLogger("loopnest.autotune")
-
-
-class Source(enum.StrEnum):
-    """Where a kernel's config came from."""
-
-    DB = "db"            # an exact winner of the tuning DB, validated
-    SWEEP = "sweep"      # tuned by this compile
-    DEFAULT = "default"  # the backend's heuristics
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Where a kernel's config came from (``source``), and ``lookup``: what the DB had (exact,
-    stale, nearest, miss, invalid, unkeyed, no-db)."""
-
-    kernel: str
-    source: Source
-    lookup: str
-    config: dict[str, Any]
-    note: str = ""
 
 
 class DbTuner:
@@ -70,6 +51,20 @@ class DbTuner:
 
     def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
         return sweep_compiled(compiled, kernels, self.settings, example) if self.mode == "sweep" else ConfigPlan()
+
+
+    def at_sizes(self, schedule: Schedule, backend: Backend, fixed: Collection[str] = ()) -> SizeTuner | None:
+        """The call-time chooser of configs for the kernels with symbolic sizes (those not in
+        ``fixed``), sweeping each size bucket at its first call with ``tune="sweep"``; None when
+        every kernel is static."""
+        kernels = [k for k in schedule.kernels if kernel_symbols(k) and k.name not in fixed]
+        if not kernels:
+            return None
+        return SizeTuner(backend, kernels, self.settings, self._sweep_at if self.mode == "sweep" else None)
+
+    def _sweep_at(self, compiled: CompiledGraph, kernels: Sequence[str], env: dict[str, int]) -> ConfigPlan:
+        example = GraphExample(tuple(random_inputs(compiled.graph, env, compiled.device)))
+        return sweep_compiled(compiled, kernels, self.settings, example)
 
 
 def tuner_for(tune: str, settings: TuneSettings | None = None) -> DbTuner | None:
@@ -88,36 +83,23 @@ def lookup_configs(schedule: Schedule, backend: Backend, settings: TuneSettings,
     for kernel in schedule.kernels:
         key = tuning_key(kernel, backend.name, hardware, env)
         default = backend.default_config(kernel).to_json()
+        if kernel_symbols(kernel):  # chosen per call sizes (``at_sizes``), not here
+            plan.decisions[kernel.name] = Decision(kernel.name, Source.DEFAULT, "dynamic", default,
+                                                   "symbolic sizes: chosen at the first call at each size")
+            continue
         if key is None or db is None:
             plan.decisions[kernel.name] = Decision(kernel.name, Source.DEFAULT, "unkeyed" if key is None else "no-db",
                                                    default, "sizes unknown" if key is None else f"no DB at {url}")
             plan.misses.append(kernel.name)
             continue
         found = db.lookup(key, software)
-        decision, config = _decide(kernel, found, key, backend.space(kernel, hardware), default)
+        decision, config = decide(kernel.name, found, key, backend.space(kernel, hardware), default)
         plan.decisions[kernel.name] = decision
         if config is not None:
             plan.configs[kernel.name] = config
         if config is None or settings.force:
             plan.misses.append(kernel.name)
     return plan
-
-
-def _decide(kernel, found, key: TuningKey, space, default: dict) -> tuple[Decision, Any]:
-    if found.kind is LookupKind.MISS:
-        return Decision(kernel.name, Source.DEFAULT, "miss", default), None
-    if found.kind is not LookupKind.EXACT:
-        what = ("measured with other software" if found.kind is LookupKind.STALE
-                else f"at the nearest shape {found.winner.sizes}")
-        note = f"warm start only: a winner {what}, {found.winner.time_us:.1f} us there"
-        return Decision(kernel.name, Source.DEFAULT, found.kind.value, default, note), None
-    try:
-        config = space.validate(found.config)
-    except ValueError as exc:
-        log.warning("tuning DB: skipping the stored config of %s (%s %s): %s", kernel.name,
-                    key.kernel_hash, key.sizes_key, exc)
-        return Decision(kernel.name, Source.DEFAULT, "invalid", default, f"stored config rejected: {exc}"), None
-    return Decision(kernel.name, Source.DB, "exact", config.to_json(), f"{found.winner.time_us:.1f} us"), config
 
 
 def sweep_compiled(compiled: CompiledGraph, kernels: Sequence[str], settings: TuneSettings,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import Any
 
 from ..ir.index import Index
 from .runner import LoweredGraph
@@ -42,6 +42,7 @@ class GraphInfo:
     fallbacks: list[FallbackInfo] = field(default_factory=list)
     intermediate_bytes: int | str = 0          # memory for intermediates, with buffer reuse
     intermediate_bytes_no_reuse: int | str = 0  # the same, one allocation per intermediate
+    tuning: dict[str, Any] = field(default_factory=dict)  # ``CompiledGraph.tuning``: per kernel, and per call sizes
 
     @staticmethod
     def from_lowered(g: LoweredGraph) -> "GraphInfo":
@@ -51,7 +52,18 @@ class GraphInfo:
         fallbacks = [FallbackInfo(f.op, f.reason) for f in g.program.fallbacks]
         memory = g.compiled.schedule.memory
         return GraphInfo(s.name, s.backend, s.num_fx_nodes, s.lowering_ms, s.compile_ms, kernels, fallbacks,
-                         _number(memory.bytes_with_reuse), _number(memory.bytes_without_reuse))
+                         _number(memory.bytes_with_reuse), _number(memory.bytes_without_reuse),
+                         dict(g.compiled.tuning))
+
+
+def tuning_line(decision) -> str:
+    """One line for a kernel's config decision (``autotune.decisions.Decision``): where the
+    config came from, and for a decision at call time the sizes and their bucket."""
+    where = decision.kernel
+    if decision.sizes:
+        where += f" at {'x'.join(map(str, decision.sizes))} (bucket {'x'.join(map(str, decision.bucket))})"
+    note = f" ({decision.note})" if decision.note else ""
+    return f"tuning {where}: {decision.source} [{decision.lookup}] {decision.config}{note}"
 
 
 def _number(e: Index) -> int | str:
@@ -85,6 +97,7 @@ class Explanation:
                 lines.append(f"    nodes: {', '.join(k.nodes)}")
             for f in g.fallbacks:
                 lines.append(f"  fallback {f.op}: {f.reason}")
+            lines += [f"  {tuning_line(d)}" for d in g.tuning.values()]
             lines.append(f"  intermediates: {g.intermediate_bytes} bytes with buffer reuse, "
                          f"{g.intermediate_bytes_no_reuse} without")
             if g.kernels and g.kernels[0].source_path:

@@ -5,7 +5,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 
@@ -52,12 +52,25 @@ class _Binding:
 MAX_PLANS = 256  # call plans kept per compiled graph
 
 
+class SizeDispatch(Protocol):
+    """Chooses, once per call sizes, the launchers of kernels with symbolic sizes (the tuner's
+    ``autotune.dispatch.SizeTuner``)."""
+
+    def resolve(self, graph: "CompiledGraph", env: dict[str, int]) -> tuple[Mapping[str, Launcher], Mapping[str, Any]]:
+        """Launchers to run at symbol values ``env`` instead of ``graph.launchers`` (by kernel
+        name), and the decisions behind them (merged into ``graph.tuning``)."""
+
+
 class CompiledGraph:
     """Runs a schedule with what a backend built for its kernels (``artifact``).
 
     Complete when constructed: ``configs`` holds each kernel's config, ``tuning`` where it came
     from (the tuner's decisions; empty without one). ``with_launchers`` makes a new graph with
     some kernels replaced (the tuner's candidates) instead of patching this one.
+
+    With a ``dispatch`` (kernels with symbolic sizes under a tuner), the first call at new sizes
+    asks it which launchers run there; the answer goes into that call plan, and its decisions
+    into ``tuning`` as ``kernel@sizes`` entries (kept for the sizes whose plans are kept).
 
     Everything a call does that depends only on the input shapes (symbol values, buffer sizes,
     grids, scalar kernel arguments) is worked out once per shape into a ``CallPlan``; a call with
@@ -66,7 +79,7 @@ class CompiledGraph:
 
     def __init__(self, schedule: Schedule, artifact: Artifact, backend: Backend, name: str = "graph",
                  configs: Mapping[str, Any] | None = None, tuning: Mapping[str, Any] | None = None,
-                 poison: bool | None = None):
+                 poison: bool | None = None, dispatch: SizeDispatch | None = None):
         self.schedule = schedule
         self.graph = schedule.graph
         self.artifact = artifact
@@ -76,6 +89,7 @@ class CompiledGraph:
         self.name = name
         self.configs = dict(configs or {})
         self.tuning = dict(tuning or {})
+        self.dispatch = dispatch
         self.inputs: list[Buffer] = [self.graph.buffers[n] for n in self.graph.inputs]
         self.bindings = _bindings(self.inputs)
         self._plans: dict[tuple, CallPlan] = {}
@@ -90,7 +104,8 @@ class CompiledGraph:
 
     def with_launchers(self, overrides: Mapping[str, Launcher], poison: bool | None = None) -> "CompiledGraph":
         """A new graph that runs ``overrides`` in place of those kernels' launchers (and, with
-        ``poison``, starts every buffer it allocates poisoned)."""
+        ``poison``, starts every buffer it allocates poisoned); it has no ``dispatch``: it runs
+        exactly these launchers at every size."""
         artifact = Artifact({**self.launchers, **overrides}, self.artifact.sources, self.artifact.libraries)
         return CompiledGraph(self.schedule, artifact, self.backend, self.name, self.configs, self.tuning,
                              self.poison if poison is None else poison)
@@ -113,8 +128,13 @@ class CompiledGraph:
             plan = self.plan(self.check_inputs(args))
             if len(self._plans) >= MAX_PLANS:  # dynamic shapes seen at many sizes: start over
                 self._plans.clear()
+                self.tuning = {k: d for k, d in self.tuning.items() if "@" not in k}
             self._plans[key] = plan
         return plan.run(args, self.poison)
+
+    def call_plan(self, *args: torch.Tensor) -> "CallPlan | None":
+        """The call plan kept for the shapes of ``args`` (None before a call with them)."""
+        return self._plans.get(tuple(a.shape for a in args))
 
     def _accepts(self, args: Sequence[torch.Tensor]) -> bool:
         flag = self._device_flag
@@ -124,8 +144,13 @@ class CompiledGraph:
         return True
 
     def plan(self, env: dict[str, int]) -> "CallPlan":
-        """The call plan for symbol values ``env`` (see ``CallPlan``)."""
-        return CallPlan(self, env)
+        """The call plan for symbol values ``env`` (see ``CallPlan``), with the launchers the
+        ``dispatch`` chooses there."""
+        if self.dispatch is None:
+            return CallPlan(self, env)
+        launchers, decisions = self.dispatch.resolve(self, env)
+        self.tuning.update(decisions)
+        return CallPlan(self, env, launchers)
 
     def check_inputs(self, args: Sequence) -> dict[str, int]:
         """Validate argument count, types, dtypes and shapes; return symbol values."""
@@ -151,11 +176,12 @@ class CompiledGraph:
 class CallPlan:
     """One compiled graph's call for fixed symbol values: sizes, strides, memory slots, output
     views and launches (bound to the symbol values when the launcher can ``bind``) worked out once.
+    ``launchers`` replace the graph's own for those kernels (chosen for these sizes).
 
     Launchers that can compile ahead (``bound.warmup``) are all warmed up here, in parallel threads
     when there are several, so a graph's kernels compile side by side instead of one per launch."""
 
-    def __init__(self, graph: CompiledGraph, env: dict[str, int]):
+    def __init__(self, graph: CompiledGraph, env: dict[str, int], launchers: Mapping[str, Launcher] | None = None):
         self.env = env
         self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
                              [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, poison_value(b.dtype.torch))
@@ -166,7 +192,9 @@ class CallPlan:
             sizes = [evaluate(s, env) for s in b.layout.sizes]
             self.views.append((b.name, slot, math.prod(sizes) * b.dtype.itemsize, b.dtype.torch, sizes,
                                poison_value(b.dtype.torch)))
-        self.steps = [(_bind(launch, env), None) if launch is not None else (None, step)
+        chosen = launchers or {}
+        self.launchers = {step.name: chosen.get(step.name, launch) for step, launch in graph.steps if launch is not None}
+        self.steps = [(_bind(self.launchers[step.name], env), None) if launch is not None else (None, step)
                       for step, launch in graph.steps]
         self.decls = graph.graph.buffers
         self.inputs = [b.name for b in graph.inputs]
