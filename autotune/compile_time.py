@@ -21,10 +21,10 @@ from ..backends.base import Backend
 from ..core.timing import BenchOptions
 from ..db.api import db_exists, open_db, resolve_url
 from ..ir.dtypes import Kind
-from ..ir.expr import loads
+from ..ir.expr import Expr, loads
 from ..ir.index import Indirect, evaluate
 from ..ir.interpret import bind_symbols
-from ..ir.nodes import Extern, Graph
+from ..ir.nodes import Buffer, Extern, Graph
 from ..pipeline import ConfigPlan, GraphExample
 from ..runtime.compiled import CompiledGraph
 from ..scheduler import Schedule
@@ -132,9 +132,14 @@ def example_env(graph: Graph, example: GraphExample | None) -> dict[str, int]:
 
 def index_bounds(graph: Graph, env: dict[str, int]) -> dict[str, int]:
     """For inputs read as gather/embedding indices: the smallest extent they index."""
+    return expression_index_bounds([n.body for n in graph.nodes if not isinstance(n, Extern)], env)
+
+
+def expression_index_bounds(bodies: Sequence[Expr], env: dict[str, int]) -> dict[str, int]:
+    """For buffers that ``bodies`` read as gather/embedding indices: the smallest extent they index."""
     bounds: dict[str, int] = {}
-    for node in (n for n in graph.nodes if not isinstance(n, Extern)):
-        for ld in loads(node.body):
+    for body in bodies:
+        for ld in loads(body):
             for atom in (a for i in ld.index for a in i.atoms() if isinstance(a, Indirect)):
                 extent = evaluate(atom.bound, env)
                 for src in loads(atom.value):
@@ -146,19 +151,22 @@ def random_inputs(graph: Graph, env: dict[str, int], device: str = "cpu") -> lis
     """Random tensors for the graph's inputs: normal floats, indices inside what they index."""
     bounds = index_bounds(graph, env)
     gen = torch.Generator().manual_seed(0)
-    out = []
-    for name in graph.inputs:
-        b = graph.buffers[name]
-        sizes = [evaluate(s, env) for s in b.layout.sizes]
-        strides = [evaluate(s, env) for s in b.layout.strides]
-        t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch)
-        if b.dtype.is_float:
-            t.copy_(torch.randn(sizes, generator=gen))
-        elif b.dtype.is_bool:
-            t.copy_(torch.rand(sizes, generator=gen) > 0.5)
-        else:
-            hi = bounds.get(name, 8)
-            lo = 0 if name in bounds or b.dtype.kind is Kind.UINT else -hi
-            t.copy_(torch.randint(lo, hi, sizes, generator=gen))
-        out.append(t.to(device))
-    return out
+    return [random_tensor(graph.buffers[name], env, bounds.get(name), gen, device) for name in graph.inputs]
+
+
+def random_tensor(b: Buffer, env: dict[str, int], bound: int | None, gen: torch.Generator,
+                  device: str = "cpu") -> torch.Tensor:
+    """A random tensor with ``b``'s layout: normal floats, or integers in ``[0, bound)`` when it
+    holds indices (``bound`` not None)."""
+    sizes = [evaluate(s, env) for s in b.layout.sizes]
+    strides = [evaluate(s, env) for s in b.layout.strides]
+    t = torch.empty_strided(sizes, strides, dtype=b.dtype.torch)
+    if b.dtype.is_float:
+        t.copy_(torch.randn(sizes, generator=gen))
+    elif b.dtype.is_bool:
+        t.copy_(torch.rand(sizes, generator=gen) > 0.5)
+    else:
+        hi = bound or 8
+        lo = 0 if bound is not None or b.dtype.kind is Kind.UINT else -hi
+        t.copy_(torch.randint(lo, hi, sizes, generator=gen))
+    return t.to(device)

@@ -105,15 +105,15 @@ class RequestQueue:
             if s.execute(_owned(request_id, owner).values(study=study)).rowcount != 1:
                 raise LeaseLost(f"request {request_id} is no longer leased to {owner}")
 
-    def complete(self, request_id: int, owner: str, trials_run: int) -> RequestState:
-        """Mark the request done, or pending again when its budget was raised past ``trials_run``
-        while it ran (the study resumes); raises LeaseLost when ``owner`` no longer holds it."""
+    def complete(self, request_id: int, owner: str, budget: int) -> RequestState:
+        """Mark the request done, or pending again when its budget was raised past ``budget`` (the
+        one the worker ran) meanwhile, so the study resumes; LeaseLost when ``owner`` lost it."""
         with self.db.session() as s:
             row = _held(s, request_id, owner)
-            if row.trials > trials_run:
+            if row.trials > budget:
                 row.state, row.owner, row.lease_until = RequestState.PENDING, None, None
             else:
-                _finish(row, RequestState.DONE, db_now(s), None)
+                _finish(row, RequestState.DONE, db_now(s), row.error)  # earlier attempts' errors stay
             return row.state
 
     def fail(self, request_id: int, owner: str, error: str, retry: bool = True) -> RequestState:
