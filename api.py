@@ -33,8 +33,9 @@ MODES = {
 def compile_options(backend: str | None = None, tune: str = "db", tuning: dict | TuneSettings | None = None,
                     recorder: Callable | None = None, cudagraphs: bool = False) -> CompileOptions:
     """Options from what a user writes: ``backend`` "cpp", "triton" or None (by the inputs'
-    device); ``tune`` "off" (heuristics), "db" (stored winners) or "sweep" (tune what the tuning
-    DB lacks); ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
+    device); ``tune`` "off" (heuristics), "db" (stored winners), "sweep" (tune what the tuning
+    DB lacks) or "queue" (stored winners now, the rest enqueued for ``autotune worker``);
+    ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
     try:
         chosen = registry.get(backend) if backend is not None else None
     except ValueError as exc:

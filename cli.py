@@ -223,6 +223,57 @@ def cmd_hardware(args) -> int:
     return 0
 
 
+def cmd_enqueue(args) -> int:
+    from .autotune.requests import request_workloads
+
+    ids = request_workloads(args.workloads, args.backend, args.size, priority=args.priority, trials=args.trials,
+                            max_attempts=args.max_attempts, hardware=args.hardware, db_url=args.db)
+    emit(args, [{"request": i} for i in ids], (col("request"),))
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from .autotune.worker import Worker, WorkerOptions, spawn_per_device, visible_devices
+    from .db.api import resolve_url
+
+    backend = registry.get(args.backend) if args.backend else registry.for_this_machine()
+    devices = visible_devices(args.devices, backend)
+    if len(devices) > 1:  # one process per device, each seeing only its own
+        flags = {"--db": resolve_url(args.db), "--backend": backend.name, "--lease": args.lease,
+                 "--measure": args.measure, "--max-requests": args.max_requests, "--idle-exit": args.idle_exit,
+                 "--workers": args.workers, "--timing-log": args.timing_log}
+        return spawn_per_device(devices, [str(x) for k, v in flags.items() if v is not None for x in (k, v)])
+    options = WorkerOptions(db_url=resolve_url(args.db), backend=backend.name, lease_s=args.lease,
+                            idle_exit_s=args.idle_exit, max_requests=args.max_requests, measure_s=args.measure,
+                            timing_log=args.timing_log, **({"compile_workers": args.workers} if args.workers else {}))
+    served = Worker(options).run()
+    print(f"served {served} requests", file=sys.stderr)
+    return 0
+
+
+QUEUE_COLUMNS = (col("id"), col("state"), col("name"), col("backend"), col("sizes"), col("hardware"),
+                 col("priority"), col("trials"), col("attempts"), col("owner"), col("age_s", lambda s: f"{s:.0f} s", "age"),
+                 col("error", lambda e: "-" if not e else e[:60]))
+
+
+def cmd_queue(args) -> int:
+    from .autotune.requests import cancel, queue_rows, queue_summary
+
+    if args.action == "cancel":
+        if args.id is None:
+            raise ValueError("queue cancel needs a request ID (`autotune queue` lists them)")
+        emit(args, [cancel(args.db, args.id).to_json()], (col("id"), col("state"), col("name")))
+        return 0
+    rows = queue_rows(args.db)
+    if args.format == "json":
+        print(json.dumps([{k: v for k, v in r.items() if k != "age_s"} for r in rows], indent=2, default=str))
+        return 0
+    emit(args, rows, QUEUE_COLUMNS)
+    summary = queue_summary(args.db)
+    print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
 def cmd_report(args) -> int:
     try:
         from .autotune.report import write_report
@@ -320,6 +371,36 @@ def _db_parser(sub) -> None:
         p.set_defaults(handler=handler)
 
 
+def _service_parsers(sub) -> None:
+    """``enqueue``, ``worker`` and ``queue``: the tuning service."""
+    p = sub.add_parser("enqueue", help="ask the tuning service to tune workloads' kernels that lack winners")
+    p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
+    p.add_argument("--backend", choices=registry.names(), help="default: triton with CUDA, else cpp")
+    p.add_argument("--size", choices=SIZE_CLASSES, help="input sizes (default: gpu on CUDA, else cpu)")
+    p.add_argument("--priority", type=int, default=0, help="higher is claimed first (default 0)")
+    p.add_argument("--trials", type=int, default=TuneSettings().trials, help="budget per kernel")
+    p.add_argument("--max-attempts", type=int, default=3, help="tries before a request fails (default 3)")
+    p.add_argument("--hardware", help="fingerprint, or 'any sm_90' / 'any avx512 cpu' (default: this machine)")
+    _common(p)
+    p.set_defaults(handler=cmd_enqueue)
+    w = sub.add_parser("worker", help="claim and tune queued requests, one process per device")
+    w.add_argument("--devices", default="all", help="all, or CUDA device indices such as 0,1")
+    w.add_argument("--backend", choices=registry.names(), help="default: triton with CUDA, else cpp")
+    w.add_argument("--max-requests", type=int, help="stop after finishing that many")
+    w.add_argument("--idle-exit", type=float, metavar="S", help="stop after S seconds without work")
+    w.add_argument("--lease", type=float, default=60.0, metavar="S", help="claim lease, renewed every S/3")
+    w.add_argument("--measure", type=float, default=0.25, metavar="S", help="CPU seconds timing one config")
+    w.add_argument("--workers", type=int, help="parallel compiles (default: CPU count)")
+    w.add_argument("--timing-log", metavar="FILE", help="append each device-lock window as JSON lines")
+    _common(w)
+    w.set_defaults(handler=cmd_worker)
+    q = sub.add_parser("queue", help="list tuning requests (ages, owners, attempts, throughput) or cancel one")
+    q.add_argument("action", nargs="?", choices=("list", "cancel"), default="list")
+    q.add_argument("id", nargs="?", type=int, help="the request to cancel")
+    _common(q)
+    q.set_defaults(handler=cmd_queue)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``autotune`` argument parser."""
     parser = argparse.ArgumentParser(prog="autotune", description="loopnest autotuner and tuning database")
@@ -328,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _sweep_parser(sub)
     _db_parser(sub)
+    _service_parsers(sub)
     hw = sub.add_parser("hardware", help="this machine's hardware fingerprint and software versions")
     _common(hw)
     hw.set_defaults(handler=cmd_hardware)

@@ -30,6 +30,7 @@ from ..runtime.compiled import CompiledGraph
 from ..scheduler import Schedule
 from .decisions import Decision, Source, decide
 from .dispatch import SizeTuner
+from .enqueue import RequestOptions, enqueue_misses
 from .harness import GraphHarness
 from .keys import kernel_symbols, tuning_key
 from .options import TuneSettings, check_mode
@@ -40,16 +41,21 @@ log = logging.getLogger("loopnest.autotune")
 
 class DbTuner:
     """A ``pipeline.Tuner``: stored winners for ``tune="db"``, and a sweep of the misses too for
-    ``tune="sweep"`` (see the module docstring)."""
+    ``tune="sweep"`` (see the module docstring). ``tune="queue"`` enqueues the misses as tuning
+    requests (``requests``: their budget, priority, target; ids in ``enqueued``) and measures nothing."""
 
-    def __init__(self, mode: str, settings: TuneSettings | None = None):
+    def __init__(self, mode: str, settings: TuneSettings | None = None, requests: RequestOptions | None = None):
         self.mode = check_mode(mode)
         self.settings = settings or TuneSettings()
+        self.requests = requests or RequestOptions(trials=self.settings.trials)
+        self.enqueued: list[int] = []
 
     def lookup(self, schedule: Schedule, backend: Backend, example: GraphExample | None) -> ConfigPlan:
         return lookup_configs(schedule, backend, self.settings, example_env(schedule.graph, example))
 
     def sweep(self, compiled: CompiledGraph, kernels: Sequence[str], example: GraphExample | None) -> ConfigPlan:
+        if self.mode == "queue":
+            self.enqueued += enqueue_misses(compiled, kernels, self.settings.db_url, example, self.requests)
         return sweep_compiled(compiled, kernels, self.settings, example) if self.mode == "sweep" else ConfigPlan()
 
 
@@ -68,7 +74,7 @@ class DbTuner:
 
 
 def tuner_for(tune: str, settings: TuneSettings | None = None) -> DbTuner | None:
-    """The tuner for ``tune`` ("off": None, the backends' heuristics; "db"; "sweep")."""
+    """The tuner for ``tune`` ("off": None, the backends' heuristics; "db"; "sweep"; "queue")."""
     return None if check_mode(tune) == "off" else DbTuner(tune, settings)
 
 

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 
 SIZE_CLASSES = ("gpu", "cpu", "cache", "tiny")  # input sizes of the built-in workloads (autotune/workloads.py)
-TUNE_MODES = ("off", "db", "sweep")  # heuristics only; stored winners; winners, then tune the misses
+TUNE_MODES = ("off", "db", "sweep", "queue")  # heuristics; stored winners; + tune the misses; + enqueue them
 SAMPLERS = ("auto", "tpe", "grid", "random", "cmaes")
 
 
@@ -53,7 +53,7 @@ class TuneSettings:
 
 
 def check_mode(tune: str) -> str:
-    """``tune`` if it is one of "off", "db", "sweep"; ValueError otherwise."""
+    """``tune`` if it is one of ``TUNE_MODES``; ValueError otherwise."""
     if tune not in TUNE_MODES:
         raise ValueError(f"tune must be one of {TUNE_MODES}, got {tune!r}")
     return tune
