@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .dtypes import BY_NAME, DType, bool_
-from .expr import AccRef, Apply, Const, Expr, IndexValue, Load
+from .expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from .index import Atom, FloorDiv, Index, IndexCheck, Indirect, Mod, Sym, Var
 from .nodes import Buffer
 from .ops import Op
@@ -24,6 +24,8 @@ MAX_DEPTH = 64             # bracket nesting; the writer splits at ir.serial.SPL
 MAX_NUMBER_CHARS = 40
 MAX_NAME_CHARS = 200
 MAX_COEFFICIENT = 1 << 80
+MAX_TREE_NODES = 1 << 18   # an expression written out as a tree (as Kernel.text and the hash do)
+MAX_TREE_DEPTH = 400       # ... and its nesting, which the printer recurses through (two frames a level)
 
 OPS = {op.name.lower(): op for op in Op}
 
@@ -171,6 +173,35 @@ class Cursor:
         return self.expect_kind("string", what).text[1:-1]
 
 
+class TreeSizes:
+    """Node counts and depths of expressions expanded into trees, memoized over the DAG: let-bound
+    nodes are shared, so a short text can stand for an exponentially large printed tree."""
+
+    def __init__(self):
+        self.memo: dict[Expr, tuple[int, int]] = {}
+        self.total = 0
+
+    def of(self, root: Expr) -> tuple[int, int]:
+        """(nodes, depth) of ``root`` as a tree; counts saturate just above the limits."""
+        for node in walk(root):
+            if node not in self.memo:
+                kids = [self.memo[c] for c in node.children()]
+                self.memo[node] = (min(1 + sum(n for n, _ in kids), MAX_TREE_NODES + 1),
+                                   min(1 + max((d for _, d in kids), default=0), MAX_TREE_DEPTH + 1))
+        return self.memo[root]
+
+    def problem(self, root: Expr, statement: bool = True) -> str | None:
+        """Why ``root`` (a whole statement's expression when ``statement``) is too large, or None."""
+        nodes, depth = self.of(root)
+        if statement:
+            self.total = min(self.total + nodes, MAX_TREE_NODES + 1)
+        if depth > MAX_TREE_DEPTH:
+            return f"the expression nests deeper than {MAX_TREE_DEPTH} levels when written out as a tree"
+        if max(nodes, self.total) > MAX_TREE_NODES:
+            return f"the expressions have more than {MAX_TREE_NODES} nodes when written out as trees"
+        return None
+
+
 class IRReader(Cursor):
     """Reads indices and expressions of one kernel.
 
@@ -186,6 +217,16 @@ class IRReader(Cursor):
         self.symbols: set[str] = set()
         self.buffers: dict[str, Buffer] = {}
         self.lets: list[Expr] = []
+        self.trees = TreeSizes()
+
+    def statement_expr(self) -> Expr:
+        """An expression ending a statement, refused if its printed tree would be too large."""
+        tok = self.peek()
+        value = self.expr()
+        problem = self.trees.problem(value)
+        if problem:
+            raise self.error(problem, tok)
+        return value
 
     def declare_loops(self, prefix: str, domain: Iterable[Index]) -> None:
         domain = tuple(domain)
@@ -263,7 +304,11 @@ class IRReader(Cursor):
     def _indirect(self) -> Indirect:
         self.next()
         self.open("(")
+        tok = self.peek()
         value = self.expr()
+        problem = self.trees.problem(value, statement=False)
+        if problem:
+            raise self.error(problem, tok)
         self.expect(",")
         bound = self.index(loops=False)
         check = None

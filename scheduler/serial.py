@@ -28,7 +28,7 @@ from ..ir.expr import AccRef, Apply, Expr, IndexValue, Load, walk
 from ..ir.index import Index, Var
 from ..ir.nodes import Buffer, BufferKind, KReduction, KStore, Layout
 from ..ir.ops import ReduceOp
-from ..ir.parser import IRReader, ParseError, Token
+from ..ir.parser import IRReader, ParseError, Token, TreeSizes
 from ..ir.serial import ExprWriter, is_loop_var_name
 from ..ir.verify import apply_problem
 from .kernel import Kernel
@@ -42,11 +42,17 @@ _CONSTANT_WORDS = frozenset({"inf", "nan", "True", "False"})
 def kernel_text(kernel: Kernel) -> str:
     """The complete serial text of ``kernel`` (see the module docstring); ``parse_kernel`` reads
     it back. ValueError if the kernel holds something the text cannot say (a name that is not an
-    identifier, a loop variable outside the kernel's domains)."""
+    identifier, a loop variable outside the kernel's domains) or more than the reader accepts
+    (expressions whose printed trees exceed ``ir.parser.MAX_TREE_NODES`` or ``MAX_TREE_DEPTH``)."""
     body = ExprWriter(kernel.pvars() + kernel.rvars())
     sizes = ExprWriter(())
     for name in [kernel.name, *kernel.nodes, *(r.name for r in kernel.reductions)]:
         _check_name(name)
+    trees = TreeSizes()
+    for e in kernel.expressions():
+        problem = trees.problem(e)
+        if problem:
+            raise ValueError(f"kernel {kernel.name} cannot be written as text: {problem}")
     lets = body.bind(kernel.expressions())
     lines = [f"let ${k} = {body.expr(e, define=True)}" for k, e in enumerate(lets)]
     for r in kernel.reductions:
@@ -205,7 +211,7 @@ class _KernelReader(IRReader):
         self.expect("level")
         level = self.natural("the accumulator's level (its loop phase)")
         self.expect("=")
-        body = self.expr()
+        body = self.statement_expr()
         self.end_line()
         return KReduction(name, _REDUCE_OPS[op_tok.text], body, dtype, level)
 
@@ -221,7 +227,7 @@ class _KernelReader(IRReader):
         if len(index) != len(buf.sizes):
             raise self.error(f"buffer {name} has rank {len(buf.sizes)} but is stored with {len(index)} indices", tok)
         self.expect("=")
-        value = self.expr()
+        value = self.statement_expr()
         self.end_line()
         return KStore(name, index, value, phase)
 
