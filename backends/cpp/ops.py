@@ -166,7 +166,9 @@ static inline float ln_bf16_to_f(uint16_t v) { uint32_t u = (uint32_t)v << 16; f
 static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN -> 0x7fc0 as in c10
   uint32_t u; std::memcpy(&u, &f, 4);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (uint16_t)(f != f ? 0x7fc0u : rounded);  // a float compare and a blend once vectorized
+  // NaN as a mask, not a ?: (g++ does not if-convert that select under AVX-512: the loop stayed scalar)
+  uint32_t nan = 0u - (uint32_t)(f != f);
+  return (uint16_t)((rounded & ~nan) | (0x7fc0u & nan));
 }
 template <class T> static inline T ln_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
