@@ -53,6 +53,8 @@ VARIABLES = {
     "LOOPNEST_TUNE_TRIALS": ("tune_trials", "configs measured per kernel when torch.compile's mode tunes "
                              "(max-autotune; default 24)"),
     "CXX": ("cxx", "the C++ compiler of the C++ backend (default g++)"),
+    "LOOPNEST_INDEX_CHECKS": ("index_checks", "check gather/index/embedding indices at run time, an error "
+                              "as in eager (default on; 0 turns the checks off)"),
 }
 
 
@@ -68,6 +70,7 @@ class Settings:
     triton_interpret: bool
     tune_trials: int
     cxx: str
+    index_checks: bool
 
     @staticmethod
     def from_env() -> "Settings":
@@ -77,7 +80,8 @@ class Settings:
                         debug=env_flag("LOOPNEST_DEBUG"), poison=env_flag("LOOPNEST_POISON"),
                         aot_cache=env_flag("LOOPNEST_AOT_CACHE", default=True),
                         triton_interpret=env_flag("TRITON_INTERPRET"),
-                        tune_trials=env_int("LOOPNEST_TUNE_TRIALS", 24), cxx=os.environ.get("CXX") or "g++")
+                        tune_trials=env_int("LOOPNEST_TUNE_TRIALS", 24), cxx=os.environ.get("CXX") or "g++",
+                        index_checks=env_flag("LOOPNEST_INDEX_CHECKS", default=True))
 
 
 _overrides: list[dict] = []

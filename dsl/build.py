@@ -138,7 +138,7 @@ class GraphBuilder:
             if position.dtype != dt.int64:
                 position = Apply(Op.CAST, (position,), dt.int64)
             base_index = list(index)
-            base_index[src.axis] = Index.of(Indirect(position, src.base.shape[src.axis]))
+            base_index[src.axis] = Index.of(Indirect(position, src.base.shape[src.axis], src.check))
             return self.load(src.base, tuple(base_index))
         return Load(self.buffer_of[t.id], index, t.dtype)
 

@@ -7,11 +7,12 @@ import torch
 
 from ..backends import registry
 from ..backends.base import Backend
-from ..ir.index import Index, contiguous_strides
+from ..ir.index import Index, bare_symbol, contiguous_strides
 from ..ir.nodes import Layout
 from ..pipeline import compile_graph
 from ..runtime.compiled import CompiledGraph, InputError, check_count, check_tensor
 from .build import GraphBuilder
+from .nonempty import requirements
 from .tensor import PlaceholderSrc, Tensor, placeholders_in_creation_order
 
 
@@ -27,10 +28,15 @@ class CompiledFunction:
         self.single = single
         self.name = name
         self.specializations: dict[tuple, CompiledGraph] = {}
+        self.nonempty = requirements(self.outputs)  # max/min/argmax/argmin: no empty dimension
 
     def __call__(self, *args):
         check_count(self.name, self.input_names, args, "tensors")
         key = tuple(_stride_key(t, a) for t, a in zip(self.inputs, args))
+        if self.nonempty:
+            env = _symbol_values(self.inputs, args)
+            for need in self.nonempty:
+                need.check(env)
         compiled = self.specializations.get(key)
         if compiled is None:
             compiled = self.compile_for(args)
@@ -46,6 +52,12 @@ class CompiledFunction:
         """The IR graph for example ``args`` (for inspection)."""
         layouts = {t.src.name: _layout(t, a) for t, a in zip(self.inputs, args)}
         return GraphBuilder(layouts).build(self.inputs, self.outputs)
+
+
+def _symbol_values(inputs: Sequence[Tensor], args) -> dict[str, int]:
+    """Each symbolic size named by a placeholder's dimension, bound from ``args``' shapes."""
+    return {name: a.shape[d] for t, a in zip(inputs, args) for d, s in enumerate(t.shape)
+            if (name := bare_symbol(s)) is not None}
 
 
 def _stride_key(t: Tensor, a) -> tuple:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index, floordiv, mod, product
+from ..ir.index import Index, IndexCheck, floordiv, mod, product
 from ..ir.ops import COMPARISONS, FLOAT_ONLY, INT_ONLY, LOGICAL, PREDICATES, Op, ReduceOp
 from .tensor import (GatherSrc, PointwiseSrc, ReductionSrc, Tensor, ViewSrc, _counter,
                      normalize_axis, shape_str, to_size)
@@ -285,7 +285,7 @@ def gather(x: Tensor, axis: int, index: Tensor) -> Tensor:
         if k != axis and index.shape[k] != x.shape[k]:
             raise ValueError(f"gather: index shape {shape_str(index.shape)} does not match input "
                              f"{shape_str(x.shape)} outside axis {axis}")
-    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis))
+    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis, IndexCheck("gather", axis, wrap=False)))
 
 
 # -- reductions -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from ..core.trees import leaves
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index, Sym
+from ..ir.index import Index, IndexCheck, Sym
 from ..ir.nodes import domain_vars
 from ..ir.ops import Op, ReduceOp
 
@@ -75,6 +75,7 @@ class GatherSrc:
     base: "Tensor"
     index: "Tensor"
     axis: int
+    check: IndexCheck | None  # how positions are checked and wrapped (None: in bounds by construction)
 
 
 @dataclass(eq=False)

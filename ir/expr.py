@@ -207,7 +207,7 @@ def map_indirect(index: Index, fn: Callable[[Expr], Expr]) -> Index:
         if type(a) is Indirect:
             new = fn(a.value)
             if new is not a.value:
-                mapping[a] = Index.of(Indirect(new, a.bound))
+                mapping[a] = Index.of(Indirect(new, a.bound, a.check))
     return index.subs(mapping) if mapping else index
 
 

@@ -83,15 +83,38 @@ class Mod(Atom):
 
 
 @dataclass(frozen=True)
+class IndexCheck:
+    """How an indirect index is checked, as the op that reads through it does in eager mode.
+
+    ``op`` and ``dim`` name the op and the dimension it indexes (for the error message);
+    ``wrap``: an index in ``[-size, 0)`` counts from the end (``x[t]``), else only ``[0, size)``
+    is valid (``gather``, ``index_select``, ``embedding``). Any other index is an error.
+    """
+
+    op: str
+    dim: int
+    wrap: bool
+
+    def message(self, value: int, bound: int) -> str:
+        """The error for index ``value`` into a dimension of size ``bound``, worded like eager's."""
+        valid = f"[{-bound}, {bound})" if self.wrap else f"[0, {bound})"
+        return (f"{self.op}: index {value} is out of bounds for dimension {self.dim} with size {bound} "
+                f"(valid: {valid})")
+
+
+@dataclass(frozen=True)
 class Indirect(Atom):
     """An integer read from a tensor: the index of a gather/embedding load.
 
     ``value`` is a scalar IR expression (see ``ir.expr``); ``bound`` is the size of the indexed
-    dimension, used for range reasoning and for bounds checks.
+    dimension, used for range reasoning and for bounds checks. ``check`` says which indices are
+    valid and whether negative ones wrap; None: the value is in ``[0, bound)`` by construction
+    (a position clamped into bounds), so it is neither wrapped nor checked.
     """
 
     value: Any
     bound: "Index"
+    check: IndexCheck | None = None
     rank = 5
 
     def __str__(self) -> str:

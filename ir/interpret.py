@@ -132,7 +132,13 @@ class _Scope:
         if isinstance(a, Indirect):
             value = self.expr(a.value).to(torch.int64)
             bound = self.index(a.bound)
-            return torch.where(value < 0, value + bound, value)
+            if a.check is None:
+                return value
+            wrapped = torch.where(value < 0, value + bound, value) if a.check.wrap else value
+            bad = (wrapped < 0) | (wrapped >= bound)
+            if bool(bad.any()):
+                raise IndexError(a.check.message(int(value[bad].flatten()[0]), int(bound)))
+            return wrapped
         raise TypeError(f"unknown index atom {a!r}")
 
     # -- scalar expressions -----------------------------------------------------------------

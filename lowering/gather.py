@@ -1,7 +1,9 @@
 """Indirect loads: gather, advanced indexing (``index.Tensor``), index_select, embedding.
 
-Each is a chain of ``take`` (``GatherSrc``) steps over index remaps: no copy of the source, and a
-position read from an index tensor is wrapped when negative at load time.
+Each is a chain of ``take`` (``GatherSrc``) steps over index remaps: no copy of the source. Each
+step carries the op's rule for positions read from an index tensor, as eager checks them:
+``x[t]`` wraps ``[-size, 0)`` from the end; gather, index_select and embedding take ``[0, size)``
+only. Anything else is an error at run time (``ir.index.IndexCheck``).
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import torch
 
 from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
-from ..ir.index import Index
+from ..ir.index import Index, IndexCheck
 from . import tensors as T
 from .registry import Unsupported, register_lowering
 from .views import norm_dim
@@ -26,7 +28,7 @@ def _gather(ctx, x, dim, index, sparse_grad=False):
         index = T.unsqueeze(index, 0)
     shape = tuple(x.shape[k] if k == dim else index.shape[k] for k in range(x.ndim))
     base = x if shape == tuple(x.shape) else T.view(x, shape, lambda idx: idx, "gather_window")
-    out = T.take(base, dim, index)
+    out = T.take(base, dim, index, IndexCheck("gather", dim, wrap=False))
     return dslf.reshape(out, ctx.out_shape()) if tuple(out.shape) != tuple(ctx.out_shape()) else out
 
 
@@ -38,12 +40,12 @@ def _index_select(ctx, x, dim, index):
     out_shape = ctx.out_shape()
     flat = index if index.ndim == 1 else dslf.reshape(index, (Index.of(1),))
     spread = T.view(flat, out_shape, lambda idx: (idx[dim],), "index_select")
-    return T.take(x, dim, spread)
+    return T.take(x, dim, spread, IndexCheck("index_select", dim, wrap=False))
 
 
 @register_lowering(aten.embedding.default)
 def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return advanced_index(weight, [indices])
+    return advanced_index(weight, [indices], "embedding")
 
 
 @register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
@@ -54,10 +56,12 @@ def _index(ctx, x, indices):
     return advanced_index(x, list(indices))
 
 
-def advanced_index(x: Tensor, indices: list) -> Tensor:
+def advanced_index(x: Tensor, indices: list, op: str = "index") -> Tensor:
     """``x[indices]`` with PyTorch's rules: broadcast index tensors replace the dimensions they
-    index, in place when those are adjacent, else at the front."""
+    index, in place when those are adjacent, else at the front. Negative positions wrap, except
+    for ``op="embedding"``."""
     positions = [k for k, t in enumerate(indices) if t is not None]
+    dims = list(positions)  # the dimensions of x each index tensor indexes, for error messages
     if not positions:
         return T.copy(x)
     index_tensors = [indices[k] for k in positions]
@@ -76,5 +80,6 @@ def advanced_index(x: Tensor, indices: list) -> Tensor:
         target = pre + batch + (Index.of(1),) + rest + post
         spread = dslf.broadcast_to(t, batch)
         spread = T.view(spread, target, lambda idx: idx[p0:p0 + nb], "index_spread")
-        y = T.squeeze(T.take(y, axis, spread), [axis])
+        check = IndexCheck(op, dims[j], wrap=op == "index")
+        y = T.squeeze(T.take(y, axis, spread, check), [axis])
     return y

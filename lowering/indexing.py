@@ -3,7 +3,7 @@
 Piecewise ops (cat, constant_pad_nd, *_scatter) select between pieces with ``where`` on the
 position along a dimension; each piece is read at a position clamped into its bounds, so a load
 under a false mask is still in bounds. Gather-like ops (gather, index, index_select, embedding)
-become indirect loads (``GatherSrc``): negative positions are wrapped at load time.
+become indirect loads (``GatherSrc``) whose positions are checked as eager checks them.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from ..dsl import functions as dslf
 from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index
+from ..ir.index import Index, IndexCheck
 from ..ir.nodes import domain_vars
 from ..ir.ops import Op
 
@@ -111,12 +111,13 @@ def remap_dim(x: Tensor, dim: int, fn, what: str) -> Tensor:
 
 
 # -- indirect loads ---------------------------------------------------------------------------------
-def take(x: Tensor, axis: int, index: Tensor) -> Tensor:
+def take(x: Tensor, axis: int, index: Tensor, check: IndexCheck | None = None) -> Tensor:
     """``out[i] = x[i with i[axis] := index[i]]``; ``index`` has the output's shape, which must equal
-    ``x``'s outside ``axis``. Negative positions count from the end (wrapped at load time)."""
+    ``x``'s outside ``axis``. ``check`` says which positions are valid and whether negative ones
+    count from the end (checked at load time); None: ``index`` is in bounds by construction."""
     if not index.dtype.is_int:
         index = cast(index, dt.int64)
-    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis))
+    return Tensor(index.shape, x.dtype, GatherSrc(x, index, axis, check))
 
 
 def clamp_index(index: Tensor, size: Index) -> Tensor:

@@ -50,8 +50,8 @@ def integers(*shape, lo=-20, hi=20, seed=0, dtype=torch.int32):
 
 
 def indices(*shape, size, seed=0):
-    """Random int64 indices in [-size, size): negative ones count from the end, as in Python."""
-    return torch.randint(-size, size, shape, generator=torch.Generator().manual_seed(seed))
+    """Random int64 indices in [0, size) (gather raises for negative ones, as in eager)."""
+    return torch.randint(0, size, shape, generator=torch.Generator().manual_seed(seed))
 
 
 # -- DSL programs and their eager twins ----------------------------------------------------------

@@ -15,7 +15,9 @@ from ...core.timing import BenchOptions, Timing, time_cpu
 from ...scheduler.kernel import Kernel, signature
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import compile as cc
-from .codegen import generate
+from .checks import PRELUDE as CHECKS_PRELUDE
+from .checks import ErrorSlot, error_sites, raise_recorded
+from .codegen import generate, kernel_symbol
 from .ops import PRELUDE, simd_declarations, vecmath_source
 from .params import CppConfig, config_from_json
 from .space import search_space
@@ -49,19 +51,20 @@ class CppBackend:
 
     def codegen(self, kernel: Kernel, config: CppConfig) -> str:
         counters["kernels_generated"] += 1
-        return generate(kernel, config)
+        return generate(kernel, config, settings.current().index_checks)
 
     def module_source(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> str:
         """The whole translation unit for a graph's kernels."""
         body = "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
-        return PRELUDE + vecmath_source(body) + simd_declarations() + body
+        return PRELUDE + CHECKS_PRELUDE + vecmath_source(body) + simd_declarations() + body
 
     def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> Artifact:
         if not kernels:
             return Artifact({})
+        index_checks = settings.current().index_checks
         path = cc.build(self.module_source(kernels))
         lib = cc.load(path)
-        launchers = {k.name: CppLauncher(getattr(lib, k.name), k) for k, _ in kernels}
+        launchers = {k.name: CppLauncher(getattr(lib, kernel_symbol(k)), k, index_checks) for k, _ in kernels}
         return Artifact(launchers, (path.with_suffix(".cpp"),), (path,))
 
     def prebuild(self, kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
@@ -72,14 +75,16 @@ class CppBackend:
 
 
 class CppLauncher:
-    """Calls one kernel of the shared library: ``kernel(void **buffers, int64_t *symbols)``."""
+    """Calls one kernel of the shared library: ``kernel(void **buffers, int64_t *symbols,
+    int64_t *error_slot)``, and raises the error the kernel recorded, if any (``checks.py``)."""
 
-    def __init__(self, fn, kernel: Kernel):
+    def __init__(self, fn, kernel: Kernel, index_checks: bool = True):
         sig = signature(kernel)
         fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self.fn = fn
         self.kernel = kernel
+        self.sites = error_sites(kernel, index_checks)
         self.names = sig.buffers
         self.symbols = sig.symbols
         self.ptr_array = ctypes.c_void_p * max(len(sig.buffers), 1)
@@ -90,10 +95,13 @@ class CppLauncher:
 
     def bind(self, syms: dict[str, int]):
         """The launch for symbol values ``syms``: the symbol array is built once."""
-        fn, names, ptr_array = self.fn, self.names, self.ptr_array
+        fn, names, ptr_array, sites, name = self.fn, self.names, self.ptr_array, self.sites, self.kernel.name
         values = self.sym_array(*[syms[s] for s in self.symbols])
 
         def launch(buffers: dict[str, torch.Tensor]) -> None:
-            fn(ptr_array(*[buffers[n].data_ptr() for n in names]), values)
+            slot = ErrorSlot()  # one per call: concurrent calls never share it
+            fn(ptr_array(*[buffers[n].data_ptr() for n in names]), values, slot)
+            if slot[0]:
+                raise_recorded(slot, sites, name)
 
         return launch

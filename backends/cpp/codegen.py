@@ -1,19 +1,23 @@
 """C++/OpenMP source for a kernel: parallel over rows, vectorizable inner loops.
 
-Every kernel is ``extern "C" void NAME(void** args, const int64_t* syms)``: ``args`` holds the
-buffer pointers in ``KernelSignature.buffers`` order, ``syms`` the symbolic sizes in
-``KernelSignature.symbols`` order.
+Every kernel is ``extern "C" void NAME(void** args, const int64_t* syms, int64_t* ln_err)``:
+``args`` holds the buffer pointers in ``KernelSignature.buffers`` order, ``syms`` the symbolic sizes
+in ``KernelSignature.symbols`` order, ``ln_err`` the error slot (``checks.py``). User names (buffers,
+sizes, the kernel) are mangled (``backends/names.py``); the generator's own names never start with
+a mangling prefix.
 """
 from __future__ import annotations
 
 import itertools
 
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, loads, walk
-from ...ir.index import Index, Indirect, as_var, product
+from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, signature
 from ..emitter import ExprEmitter, IndexPrinter
+from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from .accumulators import Accumulator
+from .checks import ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
 
@@ -22,37 +26,74 @@ from .params import CppConfig
 PARALLEL_MIN_WORK = 1 << 15
 
 
+def atom_name(a) -> str:
+    """A loop variable or size in C: loop variables are the generator's, sizes are mangled."""
+    return mangle(SYMBOL, a.name) if isinstance(a, Sym) else a.name
+
+
+def kernel_symbol(kernel: Kernel) -> str:
+    """The exported C name of ``kernel``'s function."""
+    return mangle(KERNEL, kernel.name)
+
+
 class CppEmitter(ExprEmitter):
     """Renders expressions as C++ statements."""
 
     def __init__(self, kernel: Kernel, lines: list[str], indent: str, accs: dict[str, Accumulator],
-                 names):
+                 names, sites: tuple[ErrorSite, ...] = ()):
         super().__init__(lines, indent, names)
         self.varying: frozenset = frozenset()  # loop variables of the loop being written
         self._varies: dict[Expr, bool] = {}
         self.kernel = kernel
         self.accs = accs
+        self.sites = sites
         self.indirect: dict[Indirect, str] = {}
+        self.guards: dict[Indirect, str] = {}  # checked indices whose failure must skip the load
         self.index = IndexPrinter(self._atom)
 
     def _atom(self, a) -> str:
         if isinstance(a, Indirect):
             return self.indirect[a]
-        return a.name
+        return atom_name(a)
 
-    def _prepare_indirect(self, index: Index) -> None:
+    def inherit(self, other: "CppEmitter") -> "CppEmitter":
+        """Reuse the values ``other`` computed in an enclosing scope (hoisted indices)."""
+        self.cache.update(other.cache)
+        self.indirect.update(other.indirect)
+        self.guards.update(other.guards)
+        return self
+
+    def prepare_indirect(self, index: Index) -> None:
+        """Compute (wrap and check) every indirect position in ``index`` not computed yet."""
         for a in index.atoms():
             if isinstance(a, Indirect) and a not in self.indirect:
-                value = self.emit(a.value)
-                name = self.fresh("ix")
-                bound = self.index(a.bound)
-                self.lines.append(f"{self.indent}int64_t {name} = {value};")
-                self.lines.append(f"{self.indent}if ({name} < 0) {name} += {bound};")
-                self.indirect[a] = name
+                self.indirect[a] = self._indirect(a)
+
+    def _indirect(self, a: Indirect) -> str:
+        """``int64_t ix = value``, wrapped from the end where the op allows it, and checked: an
+        index out of range records the error and reads position 0 instead."""
+        value = self.emit(a.value)
+        name = self.fresh("ix")
+        bound = self.index(a.bound)
+        self.lines.append(f"{self.indent}int64_t {name} = {value};")
+        check = a.check
+        if check is not None and check.wrap:
+            self.lines.append(f"{self.indent}if ({name} < 0) {name} += {bound};")
+        if check is not None and check in self.sites:
+            bad = f"(uint64_t){name} >= (uint64_t)({bound})"
+            if a.bound.as_int() is None or a.bound.as_int() < 1:
+                ok = self.fresh("ok")  # the dimension may be empty: no position is safe to read
+                self.lines.append(f"{self.indent}const bool {ok} = !({bad});")
+                self.guards[a] = ok
+                bad = f"!{ok}"
+            code = self.sites.index(check) + 1
+            self.lines.append(f"{self.indent}if ({bad}) {{ ln_fail(ln_err, {code}, {value}, {bound}); "
+                              f"{name} = 0; }}")
+        return name
 
     def offset(self, buffer: str, index: tuple[Index, ...]) -> str:
         for i in index:
-            self._prepare_indirect(i)
+            self.prepare_indirect(i)
         return self.index(self.kernel.buffers[buffer].layout.flat_index(index))
 
     def bind(self, text: str, e: Expr) -> str:
@@ -67,10 +108,14 @@ class CppEmitter(ExprEmitter):
         return self.accs[e.name].result(e.output)
 
     def load(self, e: Load) -> str:
-        return load_value(e.dtype, f"{e.buffer}[{self.offset(e.buffer, e.index)}]")
+        value = load_value(e.dtype, f"{mangle(BUFFER, e.buffer)}[{self.offset(e.buffer, e.index)}]")
+        guards = [self.guards[a] for i in e.index for a in i.atoms() if a in self.guards]
+        if guards:
+            value = f"({' && '.join(guards)} ? {value} : ({ctype(e.dtype)})0)"
+        return value
 
     def index_value(self, e: IndexValue) -> str:
-        self._prepare_indirect(e.index)
+        self.prepare_indirect(e.index)
         return f"(({ctype(e.dtype)})({self.index(e.index)}))"
 
     def cast(self, value: str, src: Expr, e: Apply) -> str:
@@ -89,6 +134,9 @@ class CppEmitter(ExprEmitter):
     def apply(self, e: Apply, args: list[str]) -> str:
         if e.op in LIBM:
             return render_libm(e.op, e.dtype, args[0])
+        if is_int_division(e):  # a zero divisor is an error, as in eager on the CPU
+            code = self.sites.index(ZeroDivision(e.op)) + 1
+            return f"ln_{e.op.name.lower()}_chk({args[0]}, {args[1]}, ln_err, {code})"
         if (e.op is Op.TRUEDIV and e.dtype.is_float and self.varying
                 and self.varies(e.args[0]) and not self.varies(e.args[1])):
             # divide by a per-row value: multiply by its reciprocal, which the compiler hoists
@@ -102,12 +150,14 @@ class CppEmitter(ExprEmitter):
         dtype = self.kernel.buffers[buffer].dtype
         if value.dtype != dtype:
             v = render_cast(v, value.dtype, dtype)
-        self.lines.append(f"{self.indent}{buffer}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
+        target = mangle(BUFFER, buffer)
+        self.lines.append(f"{self.indent}{target}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
 
 
-def generate(kernel: Kernel, config: CppConfig) -> str:
-    """The C++ function for ``kernel`` under ``config``."""
-    return KernelWriter(kernel, config).write()
+def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> str:
+    """The C++ function for ``kernel`` under ``config``; ``index_checks``: check indirect indices
+    (``LOOPNEST_INDEX_CHECKS``)."""
+    return KernelWriter(kernel, config, index_checks).write()
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:
@@ -132,30 +182,45 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
 class KernelWriter:
     """Writes one kernel: pointwise, rows, columns or a full (split) reduction."""
 
-    def __init__(self, kernel: Kernel, config: CppConfig):
+    def __init__(self, kernel: Kernel, config: CppConfig, index_checks: bool = True):
         self.k = kernel
         self.cfg = config
+        self.sites = error_sites(kernel, index_checks)
         self.lines: list[str] = []
         self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
+        self.c = IndexPrinter(atom_name)  # sizes in C syntax (str(Index) writes // for floor)
         self.threads = f" num_threads({config.threads})" if config.threads else ""
         self.threads += self._parallel_if()
-        self.c = IndexPrinter(lambda a: a.name)  # sizes in C syntax (str(Index) writes // for floor)
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
-        return CppEmitter(self.k, self.lines, indent, accs, self.names)
+        return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
+
+    def hoisted(self, indent: str, accs: dict[str, Accumulator], exprs, varying) -> CppEmitter:
+        """An emitter at ``indent`` (outside a loop over ``varying``) that has computed and checked
+        every indirect position of ``exprs`` that does not change inside that loop."""
+        em = self.emitter(indent, accs)
+        em.varying = frozenset(as_var(v) for v in varying)
+        for root in exprs:
+            for node in walk(root):
+                if isinstance(node, (Load, IndexValue)):
+                    for i in node.index if isinstance(node, Load) else (node.index,):
+                        for a in i.atoms():
+                            if isinstance(a, Indirect) and not em.varies(a.value):
+                                em.prepare_indirect(Index.of(a))
+        return em
 
     def out(self, indent: str, *stmts: str) -> None:
         self.lines.extend(indent + s for s in stmts)
 
     def write(self) -> str:
         k, sig = self.k, signature(self.k)
-        self.lines.append(f'extern "C" void {k.name}(void** args, const int64_t* syms) {{')
+        self.lines.append(f'extern "C" void {kernel_symbol(k)}(void** args, const int64_t* syms, int64_t* ln_err) {{')
         for n, name in enumerate(sig.buffers):
             ty = STORAGE[k.buffers[name].dtype]
             const = "" if name in k.outputs else "const "
-            self.out("  ", f"{const}{ty}* __restrict__ {name} = ({const}{ty}*)args[{n}];")
+            self.out("  ", f"{const}{ty}* __restrict__ {mangle(BUFFER, name)} = ({const}{ty}*)args[{n}];")
         for n, sym in enumerate(sig.symbols):
-            self.out("  ", f"const int64_t {sym} = syms[{n}];")
+            self.out("  ", f"const int64_t {mangle(SYMBOL, sym)} = syms[{n}];")
         if not k.reductions:
             self.pointwise()
         elif not k.pdomain:
@@ -189,7 +254,7 @@ class KernelWriter:
         n = work.as_int()
         if n is not None:
             return "" if n >= PARALLEL_MIN_WORK else " if(0)"
-        return f" if(({IndexPrinter(lambda a: a.name)(work)}) >= {PARALLEL_MIN_WORK})"
+        return f" if(({self.c(work)}) >= {PARALLEL_MIN_WORK})"
 
     def parallel_for(self, count: int, indent: str = "  ") -> None:
         collapse = f" collapse({count})" if count > 1 else ""
@@ -203,10 +268,14 @@ class KernelWriter:
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
             self.parallel_for(len(pv) - 1)
-            body = self.open_loops(pv, self.k.pdomain, "  ", "#pragma omp simd")
+            outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
+            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+            body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")
         else:
             body = "  "
         em = self.emitter(body, {})
+        if len(pv) > 1:
+            em.inherit(pre)
         for s in self.k.elem_stores:
             em.store(s.buffer, s.index, s.value)
         self.close_loops(len(pv), body)
@@ -220,13 +289,17 @@ class KernelWriter:
         stores = [s for s in self.k.elem_stores if s.phase == phase]
         return mine, stores
 
-    def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False) -> None:
+    def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False,
+             pre: CppEmitter | None = None) -> None:
         """Update this phase's accumulators and do its element stores at the current point.
 
         ``per_row``: the loop runs over the reduced dims of one row, so values that read no
-        reduced variable are loop-invariant.
+        reduced variable are loop-invariant. ``pre``: the emitter that computed the loop-invariant
+        indirect positions before the loop.
         """
         em = self.emitter(indent, accs)
+        if pre is not None:
+            em.inherit(pre)
         if per_row:
             em.varying = frozenset(as_var(v) for v in self.k.rvars())
         for a in mine:
@@ -234,11 +307,15 @@ class KernelWriter:
         for s in stores:
             em.store(s.buffer, s.index, s.value)
 
+    @staticmethod
+    def phase_exprs(mine, stores) -> list[Expr]:
+        return [a.r.body for a in mine] + [s.value for s in stores]
+
     def flat_r(self) -> str:
         flat = Index.of(0)
         for v, n in zip(self.k.rvars(), self.k.rdomain):
             flat = flat * n + v
-        return IndexPrinter(lambda a: a.name)(flat)
+        return self.c(flat)
 
     def row_stores(self, indent: str, accs) -> None:
         em = self.emitter(indent, accs)
@@ -276,6 +353,7 @@ class KernelWriter:
         mine, stores = self.phase_parts(phase, accs)
         for a in mine:
             self.out(indent, *a.declare())
+        pre = self.hoisted(indent, accs, self.phase_exprs(mine, stores), self.k.rvars())
         clauses = [c for a in mine for c in (a.simd_clauses() or ["-"])]
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
@@ -284,7 +362,7 @@ class KernelWriter:
             self.out(indent, pragma)
         self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
         inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
-        self.body(inner, accs, mine, stores, self.flat_r(), per_row=True)
+        self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre)
         self.close_loops(len(rv), inner)
         for a in mine:
             self.out(indent, *a.finish())
@@ -297,13 +375,14 @@ class KernelWriter:
         mine, stores = self.phase_parts(phase, accs)
         for a in mine:
             self.out(indent, *a.declare(lanes))
+        pre = self.hoisted(indent, accs, self.phase_exprs(mine, stores), self.k.rvars())
         r0 = as_var(self.k.rvars()[0]).name
         self.out(indent, f"for (int64_t rc_ = {lo}; rc_ < {hi}; rc_ += {lanes}) {{",
                  f"  const int64_t w_ = std::min<int64_t>({lanes}, {hi} - rc_);",
                  "  #pragma omp simd",
                  "  for (int64_t j = 0; j < w_; ++j) {",
                  f"    const int64_t {r0} = rc_ + j;")
-        self.body(indent + "    ", accs, mine, stores, r0, per_row=True)
+        self.body(indent + "    ", accs, mine, stores, r0, per_row=True, pre=pre)
         self.out(indent, "  }", "}")
         first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in mine}
         for a in mine:

@@ -168,6 +168,7 @@ class _Generator:
     def _context(self, axes: list[Axis], masked: set[str]) -> KernelContext:
         ctx = KernelContext(self.k, {a.name: a for a in axes}, frozenset(masked),
                             portable=self.settings.portable_math, debug=self.settings.debug,
+                            index_checks=self.settings.index_checks, interpret=self.settings.interpret,
                             fast_tanh=not self.settings.portable_math and _bf16_pointwise(self.k))
         for a in axes:
             ctx.subs.update(flatten_vars(a))
@@ -179,7 +180,7 @@ class _Generator:
         ws_names = list(dict.fromkeys(workspaces + ctx.loaded))
         params = ([ctx.ptr(b) for b in self.sig.buffers] + [ctx.sym(s) for s in self.sig.symbols]
                   + ws_names + [f"{c}: tl.constexpr" for c, _ in constexprs] + ["IDX64: tl.constexpr"])
-        decorator = "@triton.jit(debug=True)" if self.settings.debug else "@triton.jit"
+        decorator = "@triton.jit(debug=True)" if self.settings.debug or ctx.asserts else "@triton.jit"
         self.functions.append(f"{decorator}\ndef {name}({', '.join(params)}):\n" + "\n".join(lines))
         args = ([Arg("buffer", b) for b in self.sig.buffers] + [Arg("sym", s) for s in self.sig.symbols]
                 + [Arg("workspace", w) for w in ws_names])

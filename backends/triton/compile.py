@@ -130,7 +130,8 @@ class BoundLaunch:
             args = [syms[a.name] if a.kind == "sym" else None for a in launch.args]
             tensors = [(k, a.kind == "workspace", a.name) for k, a in enumerate(launch.args) if a.kind != "sym"]
             tail = [value for _, value in launch.constexprs] + [index64]  # constexprs in parameter order
-            options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+            # debug=True functions (index checks) keep their asserts, not Triton's int32 overflow checks
+            options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "sanitize_overflow": False}
             dtypes = [launcher.dtypes[a.name] for a in launch.args if a.kind != "sym"]
             self.steps.append(_Step(fn, programs, args, tensors, tail, options, dtypes))
         self.native = all(isinstance(step.fn, JITFunction) for step in self.steps)  # not interpreted

@@ -18,13 +18,16 @@ from ...ir.index import Index, Indirect, Sym, Var
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
+from ..names import BUFFER, SYMBOL, mangle
 from .indexing import Axis, fold_divmod
 from .ops import render_cast, render_const, render_fast_tanh, render_op, storage_value, tl_type
 from .reductions import reduce_rows
 
 
 def identifier(name: str) -> str:
-    """``name`` made a valid Python identifier."""
+    """The Python name of the generated function of kernel ``name`` (``ln_<graph name>_<n>``, kept
+    readable for profilers): any other character becomes ``_``. It cannot meet a parameter (those
+    are mangled) nor a helper (kernel names end in a number, helpers' do not)."""
     out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     return out if out and not out[0].isdigit() else "_" + out
 
@@ -38,6 +41,8 @@ class KernelContext:
     masked: frozenset[str]           # axes whose loads/stores need a mask
     portable: bool
     debug: bool
+    index_checks: bool = True        # LOOPNEST_INDEX_CHECKS: check gather/index positions
+    interpret: bool = False          # Triton's interpreter, which skips tl.device_assert
     fast_tanh: bool = False          # hardware tanh.approx: its 2^-11 error is below bf16's
     subs: dict[Var, Index] = field(default_factory=dict)        # kernel var -> flat-index expr
     axis_of: dict[str, str] = field(default_factory=dict)       # kernel var name -> axis name
@@ -45,6 +50,7 @@ class KernelContext:
     acc_loads: dict[tuple[str, int], str] = field(default_factory=dict)  # finished, in workspaces
     loaded: list[str] = field(default_factory=list)                     # workspaces read so far
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
+    asserts: bool = False            # some check was emitted: the function needs debug=True
     _deps: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -54,11 +60,11 @@ class KernelContext:
 
     @staticmethod
     def ptr(buffer: str) -> str:
-        return identifier(buffer) + "_ptr"
+        return mangle(BUFFER, buffer)
 
     @staticmethod
     def sym(name: str) -> str:
-        return "s_" + identifier(name)
+        return mangle(SYMBOL, name)
 
     def deps(self, e: Expr) -> frozenset[str]:
         """The tile axes the value of ``e`` varies along."""
@@ -147,7 +153,9 @@ class TritonEmitter(ExprEmitter):
         return self.flat(layout.flat_index(index) - layout.offset)
 
     def indirect_name(self, a: Indirect) -> str:
-        """The wrapped (and, in debug mode, bounds-checked) value of a gather index."""
+        """The value of a gather index: wrapped from the end where the op allows it, checked
+        (``LOOPNEST_INDEX_CHECKS``, or every index under ``LOOPNEST_DEBUG``) and hoisted to the
+        outermost scope it does not vary in."""
         if self.parent is not None and not (self.ctx.deps(a.value) & self.loop_axes):
             return self.parent.indirect_name(a)
         hit = self.indirect.get(a)
@@ -156,22 +164,33 @@ class TritonEmitter(ExprEmitter):
         value = self.emit(a.value)
         bound = self.index(a.bound)
         name = self.assign(value, "ix")
-        self.line(f"{name} = tl.where({name} < 0, {name} + {bound}, {name})")
-        if self.ctx.debug:
-            self._bounds_check(name, bound, self.ctx.deps(a.value))
+        if a.check is not None and a.check.wrap:
+            self.line(f"{name} = tl.where({name} < 0, {name} + {bound}, {name})")
+        if self.ctx.debug or (self.ctx.index_checks and a.check is not None):
+            self._bounds_check(name, bound, self.ctx.deps(a.value), a)
+            self.line(f"{name} = tl.where((0 <= {name}) & ({name} < {bound}), {name}, 0)")  # never read out of range
         self.indirect[a] = name
         return name
 
-    def _bounds_check(self, name: str, bound: str, deps: frozenset[str]) -> None:
-        """``assert`` (a device assert under ``debug=True``; checked by the interpreter too, which
-        skips ``tl.device_assert``) that a gather index is inside ``[0, bound)``."""
+    def _bounds_check(self, name: str, bound: str, deps: frozenset[str], a: Indirect) -> None:
+        """A device assert (the function gets ``debug=True``) that a gather index is inside
+        ``[0, bound)``; in the interpreter, which skips ``tl.device_assert``, a Python ``assert``
+        on the same condition reduced over the tile."""
         ok = f"(0 <= {name}) & ({name} < {bound})"
         mask = self.ctx.mask(deps)
         if mask:
             ok = f"{ok} | (({mask}) == 0)"
+        valid = f"[-{bound}, {bound})" if a.check is not None and a.check.wrap else f"[0, {bound})"
+        what = f"{a.check.op if a.check is not None else 'gather'}: index out of range {valid}"
+        if a.check is not None:
+            what += f" for dimension {a.check.dim}"
+        msg = f"{what} (in loopnest kernel {self.ctx.kernel.name})".replace('"', "'").replace("\\", "/")
+        self.ctx.asserts = True
+        if not self.ctx.interpret:
+            self.line(f'tl.device_assert({ok}, "{msg}")')
+            return
         if deps:
             ok = f"{reduce_rows('min', f'({ok}).to(tl.int32)', axis='None')} > 0"
-        msg = f"loopnest: gather index out of range [0, {bound}) in {identifier(self.ctx.kernel.name)}"
         self.line(f'assert {ok}, "{msg}"')
 
     # -- ExprEmitter hooks ------------------------------------------------------------------------

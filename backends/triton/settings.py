@@ -10,10 +10,13 @@ from ...core import settings
 class TritonSettings:
     """``interpret``: kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``): tensors
     live on the CPU and math avoids libdevice, which the interpreter cannot call.
-    ``debug``: ``LOOPNEST_DEBUG`` is set: indirect loads are bounds-checked with device asserts."""
+    ``debug``: ``LOOPNEST_DEBUG`` is set: every indirect load is bounds-checked with device asserts.
+    ``index_checks``: ``LOOPNEST_INDEX_CHECKS`` (default on): gather/index/embedding positions are
+    checked with device asserts, as eager checks them."""
 
     interpret: bool
     debug: bool
+    index_checks: bool = True
 
     @property
     def device(self) -> str:
@@ -28,4 +31,4 @@ class TritonSettings:
 def current() -> TritonSettings:
     """The Triton backend's view of the active settings."""
     s = settings.current()
-    return TritonSettings(interpret=s.triton_interpret, debug=s.debug)
+    return TritonSettings(interpret=s.triton_interpret, debug=s.debug, index_checks=s.index_checks)
