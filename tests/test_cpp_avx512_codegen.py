@@ -1,0 +1,52 @@
+"""Generated kernels vectorize for AVX-512 too, not only for this machine's ISA: g++ compiles the
+module for Sapphire Rapids (nothing runs) and reports the loops it vectorized."""
+import re
+import subprocess
+
+import pytest
+
+import loopnest as ln
+from loopnest.backends.cpp import compile as cc
+from loopnest.backends.cpp.backend import CppBackend
+from loopnest.core import settings
+from test_backends import kernels_of, softmax
+
+SPR_FLAGS = [f if f != "-march=native" else "-march=sapphirerapids" for f in cc.FLAGS]
+
+
+def bf16_tanh_gelu(x, b):
+    h = ln.cast(x, ln.float32) + ln.cast(b, ln.float32)
+    return ln.cast(0.5 * h * (1.0 + ln.tanh(0.7978845608028654 * (h + 0.044715 * h * h * h))), ln.bfloat16)
+
+
+def unvectorized_simd_loops(outputs, inputs, tmp_path) -> list[str]:
+    """The ``omp simd`` loops of the generated kernels that g++ did not vectorize for AVX-512
+    (it reports a vectorized loop at its pragma's line or one of the two after it)."""
+    backend = CppBackend()
+    source = backend.module_source([(k, backend.default_config(k)) for k in kernels_of(outputs, inputs)])
+    path = tmp_path / "module.cpp"
+    path.write_text(source)
+    proc = subprocess.run([settings.current().cxx, *SPR_FLAGS, "-fopt-info-vec-optimized", str(path), "-o",
+                           str(tmp_path / "module.so")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    done = {int(n) for n in re.findall(r"module\.cpp:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
+    lines = source.splitlines()
+    first_kernel = next(n for n, line in enumerate(lines, 1) if line.startswith('extern "C" void'))
+    simd = [n for n, line in enumerate(lines, 1) if n > first_kernel and "omp" in line and " simd" in line]
+    assert simd, "the kernels have no omp simd loop"
+    return [lines[n] for n in simd if not done & {n, n + 1, n + 2}]
+
+
+@pytest.mark.parametrize("case", ["bf16_gelu", "softmax", "bf16_rmsnorm"])
+def test_kernels_vectorize_for_avx512(case, tmp_path):
+    if case == "bf16_gelu":
+        x, b = ln.placeholder("x", (64, 96), ln.bfloat16), ln.placeholder("b", (96,), ln.bfloat16)
+        outputs, inputs = [bf16_tanh_gelu(x, b)], [x, b]
+    elif case == "softmax":
+        x = ln.placeholder("x", (64, 96), ln.float32)
+        outputs, inputs = [softmax(x)], [x]
+    else:
+        x = ln.placeholder("x", (64, 96), ln.bfloat16)
+        xf = ln.cast(x, ln.float32)
+        outputs, inputs = [ln.cast(xf * ln.rsqrt(ln.mean(xf * xf, -1, keepdim=True) + 1e-6), ln.bfloat16)], [x]
+    assert unvectorized_simd_loops(outputs, inputs, tmp_path) == []
