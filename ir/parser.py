@@ -96,15 +96,18 @@ class Cursor:
 
     def __init__(self, text: str):
         self.tokens = tokenize(text)
+        self.last = len(self.tokens) - 1  # the end token
         self.pos = 0
         self.depth = 0
 
     def peek(self, ahead: int = 0) -> Token:
-        return self.tokens[min(self.pos + ahead, len(self.tokens) - 1)]
+        i = self.pos + ahead
+        return self.tokens[i] if i < self.last else self.tokens[self.last]
 
     def next(self) -> Token:
         tok = self.peek()
-        self.pos = min(self.pos + 1, len(self.tokens) - 1)
+        if self.pos < self.last:
+            self.pos += 1
         return tok
 
     def error(self, message: str, tok: Token | None = None) -> ParseError:
