@@ -83,6 +83,8 @@ class SizeTuner:
         if db is None:
             return Decision(kernel.name, Source.DEFAULT, "no-db", default, f"no DB at {url}"), None
         key = tuning_key(kernel, self.backend.name, self.hardware, env)
+        if key is None:
+            return Decision(kernel.name, Source.DEFAULT, "unkeyed", default, "a symbol of the kernel is unbound"), None
         space = self.backend.space(specialize(kernel, env), self.hardware)
         found = db.lookup(key, software)
         decision, config = decide(kernel.name, found, key, space, default)

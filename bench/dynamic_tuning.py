@@ -13,7 +13,9 @@ configs per size.
 2. Dispatch: the same two kinds of graph at a tiny size (8x16, one thread, a stored winner),
    called directly (``CompiledGraph``), ``--calls`` times each in interleaved blocks of 1,000;
    the median host time per call of each, and dynamic minus static. Also at the
-   ``torch.compile`` level, where Dynamo's guards and the symbol bindings add their share.
+   ``torch.compile`` level, where Dynamo's guards and AOTAutograd's wrappers for symbolic sizes
+   and loopnest's symbol bindings add their share, and for ``backend="aot_eager"`` (Dynamo and
+   AOTAutograd without loopnest: what the same front end costs any backend).
 
     python bench/dynamic_tuning.py [--rows 512 4096 32768] [--cols 2048] [--trials 8] [--rounds 7]
 """
@@ -116,7 +118,12 @@ def dispatch_overhead(calls: int, url: str) -> None:
     name = d_graph.schedule.kernels[0].name
     print(f"\ndispatch at 8x16: static {next(iter(s_graph.tuning.values())).source}, "
           f"dynamic {d_graph.tuning[f'{name}@8x16'].source} {d_graph.tuning[f'{name}@8x16'].config}")
-    for level, pair in (("CompiledGraph", (s_graph, d_graph)), ("torch.compile", (static_fn, dynamic_fn))):
+    frontend = [torch.compile(softmax, backend="aot_eager", dynamic=d) for d in (False, True)]
+    for f in frontend:
+        f(x)
+    levels = (("CompiledGraph", (s_graph, d_graph)), ("torch.compile", (static_fn, dynamic_fn)),
+              ("aot_eager", tuple(frontend)))
+    for level, pair in levels:
         per_call = ([], [])
         for _ in range(calls // 1000):
             for fn, out in zip(pair, per_call):
