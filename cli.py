@@ -13,7 +13,9 @@ import argparse
 import contextlib
 import json
 import logging
+import signal
 import sys
+import threading
 from typing import Any, Callable, Sequence
 
 from .autotune.options import SAMPLERS, SIZE_CLASSES, TuneSettings
@@ -95,9 +97,11 @@ def _db(args):
 
 # -- subcommands ------------------------------------------------------------------------------------
 def cmd_sweep(args) -> int:
+    from sqlalchemy.exc import DBAPIError
+
     from .autotune.sweep import sweep, target
     from .autotune.workloads import resolve
-    from .db.api import resolve_url
+    from .db.api import DatabaseUnavailable, open_db, resolve_url
 
     backend = registry.get(args.backend) if args.backend else registry.for_this_machine()
     settings = TuneSettings(trials=args.trials, time_budget_s=args.time_budget, timeout_s=args.timeout,
@@ -106,11 +110,15 @@ def cmd_sweep(args) -> int:
                             **({"workers": args.workers} if args.workers else {}))
     for spec in args.workloads:
         resolve(spec)  # an unknown name is a usage error before anything runs
+    open_db(settings.db_url)  # a DB that cannot be used is an error of the command, not of a workload
     rows, failed = [], []
     for spec in args.workloads:
+        _check_interrupt()
         print(f"sweeping {spec} on {backend.name} ...", file=sys.stderr)
         try:
             reports = sweep(target(spec, backend, args.size), backend, settings)
+        except (DatabaseUnavailable, DBAPIError):
+            raise
         except Exception as exc:  # noqa: BLE001 - one workload's failure must not lose the others
             print(f"autotune: sweeping {spec} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             failed.append(spec)
@@ -204,8 +212,12 @@ def cmd_db_import(args) -> int:
 
 
 def cmd_db_gc(args) -> int:
+    from .autotune.storage import delete_orphans, optuna_storage
+
     db = _db(args)
     repaired = db.repair()
+    repaired["optuna_orphans"] = delete_orphans(optuna_storage(db.url, TuneSettings().heartbeat_s,
+                                                               TuneSettings().grace_s))
     row = {"deleted_trials": db.gc(args.older_than), "older_than_days": args.older_than, **repaired}
     emit(args, [row], tuple(col(k) for k in row))
     return 0
@@ -293,7 +305,10 @@ def cmd_report(args) -> int:
             print(f"autotune: no study {args.study!r} in {url}; studies:\n  {listing}", file=sys.stderr)
             return 1
         args.study = matches[0]
-    out = write_report(optuna.load_study(study_name=args.study, storage=storage), args.out)
+    try:
+        out = write_report(optuna.load_study(study_name=args.study, storage=storage), args.out)
+    except OSError as exc:
+        raise ValueError(f"cannot write the report to {args.out}: {exc.strerror or exc}") from None
     print(f"wrote {out}")
     return 0
 
@@ -421,29 +436,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _failure(exc: BaseException) -> str | None:
+def _failure(exc: BaseException, args) -> str | None:
     """The one line to print for an error a user can fix (None: a bug, let it raise)."""
+    if type(exc).__module__.startswith("sqlalchemy"):
+        from .db.api import resolve_url
+        from .db.engine import unavailable
+
+        exc = unavailable(resolve_url(args.db), exc) or exc
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
     if isinstance(exc, (ValueError, OSError)) or type(exc).__module__.startswith("sqlalchemy"):
         text = str(exc).strip().splitlines()
         return text[0] if text else type(exc).__name__
     return None
 
 
+_INTERRUPTED = threading.Event()
+
+
+def _on_interrupt(signum, frame) -> None:
+    """SIGINT: remember it (a library's import may swallow the KeyboardInterrupt), then raise it."""
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def _check_interrupt() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C came and something swallowed it."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autotune`` console script."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_interrupt)
+    _INTERRUPTED.clear()
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        _check_interrupt()
+        return code
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        message = _failure(exc)
+        if _INTERRUPTED.is_set():  # an error that Ctrl-C caused (e.g. a half-imported module)
+            print("autotune: interrupted", file=sys.stderr)
+            return 130
+        message = _failure(exc, args)
         if message is None:
             raise
         print(f"autotune: {message}", file=sys.stderr)
         return 2
+    finally:
+        if signal.getsignal(signal.SIGINT) is _on_interrupt:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

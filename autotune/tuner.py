@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,7 +24,7 @@ from .evaluate import KernelEvaluator, Outcome, TrialRecorder
 from .harness import GraphHarness
 from .keys import study_name, software_tag, tuning_key
 from .options import TuneSettings
-from .storage import open_study, optuna_storage
+from .storage import diagnosed, open_study, optuna_storage
 from .study import StudyLoop, enqueue_warm_starts, fail_stale, make_sampler, previous_results
 
 log = logging.getLogger("loopnest.autotune")
@@ -82,9 +81,7 @@ class GraphTuner:
         self.hardware: HardwareInfo = self.backend.hardware(harness.device)
         self.software: dict[str, Any] = self.backend.software()
         self.tag = software_tag(self.software)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            self.storage = optuna_storage(db.url, settings.heartbeat_s, settings.grace_s)
+        self.storage = optuna_storage(db.url, settings.heartbeat_s, settings.grace_s)
 
     @property
     def compiled(self) -> CompiledGraph:
@@ -109,20 +106,22 @@ class GraphTuner:
         default = self.backend.default_config(kernel)
         lookup = self.db.lookup(key, self.software)
         name = study_name(self.settings.study_prefix, key)
-        study = open_study(self.storage, name, make_sampler(self.settings.sampler, space,
-                                                            self.settings.trials, self.settings.seed))
-        self.recover(study, key)
         starts = self.warm_starts(space, default, lookup, key)
-        enqueue_warm_starts(study, space, starts)
-        recorder = TrialRecorder(self.db, key, name)
-        evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.settings.timeout_s,
-                                    self.settings.workers, recorder)
-        result = StudyLoop(study, space, evaluator, self.settings, self.tag, display).run()
+        with diagnosed(self.storage, name):
+            study = open_study(self.storage, name, make_sampler(self.settings.sampler, space,
+                                                                self.settings.trials, self.settings.seed))
+            self.recover(study, key)
+            enqueue_warm_starts(study, space, starts)
+            recorder = TrialRecorder(self.db, key, name)
+            evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.settings.timeout_s,
+                                        self.settings.workers, recorder)
+            result = StudyLoop(study, space, evaluator, self.settings, self.tag, display).run()
+            # Other workers sharing this study (same hardware model) may have measured better configs.
+            result.results = {**previous_results(study.get_trials(deepcopy=False), space, self.tag),
+                              **result.results}
         ok, failed = result.counts
         report = dict(kernel=display, kernel_hash=key.kernel_hash, sizes=key.sizes, dtypes=key.dtypes,
                       lookup=lookup.kind.value, ok=ok, failed=failed, study=name, stop_reason=result.stop_reason)
-        # Other workers sharing this study (same hardware model) may have measured better configs.
-        result.results = {**previous_results(study.get_trials(deepcopy=False), space, self.tag), **result.results}
         best = result.best
         if best is None:
             return KernelReport(default_us=None, best_us=None, config=None, stored=None, **report)

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 
 from loopnest.core import settings
 from loopnest.db.engine import (
-    UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
+    DatabaseUnavailable, UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
+    unavailable,
 )
 from loopnest.db.jsonl import ConfigValidator, ImportRowError, ParsedImport, checked_row, parse_lines
 from loopnest.db.models import Hardware, Kernel, Trial, TrialState, Winner, utcnow
@@ -38,7 +39,7 @@ from loopnest.db.schema import SchemaError, migrate
 log = logging.getLogger("loopnest.db")
 
 __all__ = [
-    "ConfigValidator", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
+    "ConfigValidator", "DatabaseUnavailable", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
     "LookupResult", "ParsedImport", "SchemaError", "TrialRecord", "TrialState", "TuningDB", "TuningKey",
     "UnknownKernelError", "UnsupportedDatabase", "WinnerRecord", "default_db_url",
 ]
@@ -63,8 +64,10 @@ class TuningDB:
         self.engine = make_engine(self.url)
         try:
             self.revision = migrate(self.engine)
-        except BaseException:
+        except BaseException as exc:
             self.engine.dispose()
+            if (error := unavailable(self.url, exc)) is not None:
+                raise error from exc
             raise
         self._writer, self._reader = session_factory(self.engine)
 

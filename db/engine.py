@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -24,9 +25,52 @@ class UnsupportedDatabase(ValueError):
     """The URL names a database loopnest's tuning DB does not support."""
 
 
+class DatabaseUnavailable(ValueError):
+    """The tuning DB cannot be opened or written; the message says why and what to do."""
+
+
+def unavailable(url: str, exc: BaseException) -> DatabaseUnavailable | None:
+    """The error to raise when ``exc`` shows the tuning DB at ``url`` cannot be used (a file that is
+    not a database, a folder that is not writable, a server that does not answer); None when
+    ``exc`` is another kind of error."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    parsed = make_url(url)
+    detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    if parsed.get_backend_name() != "sqlite":
+        where = parsed.render_as_string(hide_password=True)
+        if isinstance(exc.orig, Exception) and "connect" in detail.lower():
+            return DatabaseUnavailable(f"cannot connect to the tuning DB {where}: {detail}; check that the "
+                                       "server runs and that the URL's host, port, user and database are right")
+        return DatabaseUnavailable(f"tuning DB {where}: {detail}")
+    path = parsed.database or ":memory:"
+    hints = {
+        "file is not a database": f"{path} is not a SQLite database; point --db (or LOOPNEST_DB) at a tuning "
+                                  "DB file, or at a path where a new one may be created",
+        "unable to open database file": f"cannot open the tuning DB {path}: its folder is missing or not "
+                                        "writable (SQLite also writes -wal and -shm files beside it); choose "
+                                        "a writable --db (or LOOPNEST_DB)",
+        "readonly database": f"the tuning DB {path} is read-only here; make it and its folder writable, or "
+                             "choose another --db (or LOOPNEST_DB)",
+        "database is locked": f"the tuning DB {path} stayed locked by another process for "
+                              f"{SQLITE_BUSY_TIMEOUT_MS // 1000} s; retry when it is done",
+    }
+    found = next((hint for text, hint in hints.items() if text in detail), None)
+    return DatabaseUnavailable(found or f"tuning DB {path}: {detail}")
+
+
+def _parse(url: str) -> URL:
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise UnsupportedDatabase(
+            f"{url!r} is not a database URL; expected sqlite:///PATH/tuning.db or "
+            "postgresql+psycopg://USER@HOST:PORT/DATABASE") from None
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; creates the directory of a SQLite file if needed."""
-    parsed = make_url(url)
+    parsed = _parse(url)
     backend = parsed.get_backend_name()
     if backend not in _INSERTS:
         raise UnsupportedDatabase(
@@ -37,7 +81,12 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, pool_pre_ping=True)
     database = parsed.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailable(f"cannot create the folder {folder} of the tuning DB {database}: "
+                                      f"{exc.strerror}; choose another --db (or LOOPNEST_DB)") from None
     engine = create_engine(parsed)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
