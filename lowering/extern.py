@@ -13,6 +13,7 @@ import torch
 from ..core.trees import leaves, map_leaves
 from ..dsl.tensor import extern
 from ..ir import dtypes as dt
+from .carriers import Carrier, carrier_of
 from .registry import LoweringContext, LoweringError
 from .symbolic import shape_of, strides_of
 
@@ -46,36 +47,56 @@ def default_reason(op) -> str:
 class ExternFn:
     """Calls ``op`` with each tensor argument on the device it was traced on (a graph runs on one
     device; e.g. CPU philox seeds of CUDA attention are moved to the GPU with the other inputs and
-    back here); returns only the tensor results, in order."""
+    back here) and in the dtype it was traced with (complex and unsigned tensors arrive as the
+    buffers that carry them, ``carriers``); returns only the tensor results, in order."""
 
     op: object
     tensor_outputs: tuple[int, ...] | None  # positions of tensors in a tuple result; None: one tensor
     devices: tuple = ()  # traced device of each leaf of (args, kwargs), in ``trees.leaves`` order
+    carriers: tuple = ()  # the Carrier of each such leaf (None: a loopnest dtype)
+    out_carriers: tuple = ()  # the Carrier of each tensor result (None: a loopnest dtype)
 
     def __call__(self, *args, **kwargs):
         if any(d is not None for d in self.devices):
-            devices = iter(self.devices)
-            args, kwargs = map_leaves(lambda a: _on_device(a, next(devices)), (args, kwargs))
+            devices, carriers = iter(self.devices), iter(self.carriers or (None,) * len(self.devices))
+            args, kwargs = map_leaves(lambda a: _traced_form(a, next(devices), next(carriers)), (args, kwargs))
         result = self.op(*args, **kwargs)
-        if self.tensor_outputs is None:
-            return result
-        return tuple(result[k] for k in self.tensor_outputs)
+        results = (result,) if self.tensor_outputs is None else tuple(result[k] for k in self.tensor_outputs)
+        inputs = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)] if any(self.out_carriers) else ()
+        # kernels read the stored values: a lazily negated view (ATen's _neg_view) is resolved
+        results = tuple(r.resolve_neg() if c is None else _carried(r, c, inputs)
+                        for r, c in zip(results, self.out_carriers or (None,) * len(results)))
+        return results[0] if self.tensor_outputs is None else results
 
 
-def _on_device(a, device):
-    """Tensor ``a`` on ``device`` (None: where it is); other values as they are."""
-    if isinstance(a, torch.Tensor) and device is not None and a.device != device:
-        return a.to(device)
-    return a
+def _traced_form(a, device, carrier: Carrier | None):
+    """Tensor ``a`` on ``device`` (None: where it is) and in its traced dtype; other values as they are."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    if device is not None and a.device != device:
+        a = a.to(device)
+    return a if carrier is None else carrier.from_ir(a)
 
 
-def _traced_device(a):
-    """The traced device of a tensor-valued FX node (None for anything else)."""
-    val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
-    return val.device if isinstance(val, torch.Tensor) else None
+def _carried(r: torch.Tensor, carrier: Carrier, inputs: list) -> torch.Tensor:
+    """Result ``r`` as the buffer that carries it; a copy when ``r`` is a view of an argument (its
+    memory may be reused once the argument is dead)."""
+    storage = r.untyped_storage().data_ptr()
+    if any(a.untyped_storage().data_ptr() == storage for a in inputs):
+        r = r.clone()
+    return carrier.to_ir(r)
+
+
+def _traced_value(a):
+    """The traced value of an FX node (None for anything else)."""
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
 
 
 def _spec(value: torch.Tensor, node) -> tuple:
+    carrier = carrier_of(value)
+    if carrier is not None:
+        strides = None if value.is_contiguous() else carrier.strides(strides_of(value))
+        return carrier.shape(shape_of(value)), carrier.ir_dtype, strides
     try:
         dtype = dt.to_dtype(value.dtype)
     except TypeError as e:
@@ -87,17 +108,22 @@ def _spec(value: torch.Tensor, node) -> tuple:
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
-    devices = tuple(_traced_device(a) for a in leaves((node.args, node.kwargs)))
+    traced = [_traced_value(a) for a in leaves((node.args, node.kwargs))]
+    devices = tuple(v.device if isinstance(v, torch.Tensor) else None for v in traced)
+    carriers = tuple(carrier_of(v) for v in traced)
+    if not any(carriers):
+        carriers = ()
     if isinstance(val, torch.Tensor):
-        fn = ExternFn(node.target, None, devices)
+        fn = ExternFn(node.target, None, devices, carriers, (carrier_of(val),))
         (out,) = extern(str(node.target), fn, args, kwargs, [_spec(val, node)], reason)
         return out
     if isinstance(val, (tuple, list)):
         positions = tuple(k for k, v in enumerate(val) if isinstance(v, torch.Tensor))
         if any(v is not None and not isinstance(v, torch.Tensor) for v in val):
             raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
-        outs = extern(str(node.target), ExternFn(node.target, positions, devices), args, kwargs,
-                      [_spec(val[k], node) for k in positions], reason) if positions else ()
+        fn = ExternFn(node.target, positions, devices, carriers, tuple(carrier_of(val[k]) for k in positions))
+        outs = extern(str(node.target), fn, args, kwargs, [_spec(val[k], node) for k in positions],
+                      reason) if positions else ()
         tensors = dict(zip(positions, outs))
         return tuple(tensors.get(k) for k in range(len(val)))
     raise LoweringError(f"{node.format_node()}: cannot call {node.target} through ATen: its traced "

@@ -25,6 +25,7 @@ from ..ir import dtypes as dt
 from ..ir.index import Index, bare_symbol, contiguous_strides, is_nonneg, symbols_in
 from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
+from .carriers import Carrier, carrier_of
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import shape_of, strides_of, to_index
 
@@ -50,6 +51,7 @@ class TensorInput:
     tensor: Tensor
     contiguous: bool
     strides: tuple[Index, ...]
+    carrier: Carrier | None = None  # a complex or unsigned argument, held as ``carrier.ir_dtype``
 
 
 @dataclass
@@ -79,6 +81,7 @@ class FxLowering:
         self.scalar_sources: dict[str, tuple[int, None]] = {}  # symbol -> (SymInt argument, None)
         self.fallbacks: list[Fallback] = []
         self.mutations: list[tuple[int, Tensor]] = []
+        self.carried: dict[int, Carrier] = {}  # DSL tensor id -> how it carries a complex/unsigned value
         self.num_args = 0
 
     # -- driver ---------------------------------------------------------------------------------
@@ -105,10 +108,16 @@ class FxLowering:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             shape = shape_of(val)
-            t = placeholder(f"in_{node.name}", shape, dt.to_dtype(val.dtype))
+            carrier = carrier_of(val)
             contiguous = val.is_contiguous()
-            strides = contiguous_strides(shape) if contiguous else strides_of(val)
-            self.tensor_inputs.append(TensorInput(position, t, contiguous, strides))
+            if carrier is None:
+                t = placeholder(f"in_{node.name}", shape, dt.to_dtype(val.dtype))
+                strides = contiguous_strides(shape) if contiguous else strides_of(val)
+            else:
+                t = placeholder(f"in_{node.name}", carrier.shape(shape), carrier.ir_dtype)
+                strides = contiguous_strides(t.shape) if contiguous else carrier.strides(strides_of(val))
+                self.carried[t.id] = carrier
+            self.tensor_inputs.append(TensorInput(position, t, contiguous, strides, carrier))
             for d, s in enumerate(shape):
                 name = bare_symbol(s)
                 if name is not None:
@@ -128,8 +137,13 @@ class FxLowering:
         value = getattr(self.gm, node.target)
         if not isinstance(value, torch.Tensor):
             raise LoweringError(f"{node.format_node()}: attribute of type {type(value).__name__}")
+        carrier = carrier_of(value)
+        if carrier is not None:
+            value = carrier.to_ir(value).contiguous()
         t = placeholder(f"const_{len(self.constants)}", tuple(value.shape), dt.to_dtype(value.dtype))
         self.constants.append((t, value))
+        if carrier is not None:
+            self.carried[t.id] = carrier
         return t
 
     # -- call_function ---------------------------------------------------------------------------
@@ -149,6 +163,9 @@ class FxLowering:
             return self._extern(ctx, args, kwargs, reason)
         if target is aten.copy_.default:
             return self._copy_into(node, *args)
+        carrier = _carrier_in(node)
+        if carrier is not None:
+            return self._extern(ctx, args, kwargs, carrier.reason)
         rule = LOWERINGS.get(target)
         if rule is None:
             return self._extern(ctx, args, kwargs, ext.default_reason(target))
@@ -169,12 +186,22 @@ class FxLowering:
 
     def _extern(self, ctx: LoweringContext, args, kwargs, reason: str):
         self.fallbacks.append(Fallback(str(ctx.node.target), reason, ctx.node.name))
-        return ext.lower_extern(ctx, args, kwargs, reason)
+        result = ext.lower_extern(ctx, args, kwargs, reason)
+        for out, val in zip(result if isinstance(result, tuple) else (result,),
+                            ctx.val if isinstance(ctx.val, (tuple, list)) else (ctx.val,)):
+            if isinstance(out, Tensor) and carrier_of(val) is not None:
+                self.carried[out.id] = carrier_of(val)
+        return result
 
     def _copy_into(self, node, dst, src, non_blocking=False):
         """``dst.copy_(src)`` on a graph input (functionalized input mutation)."""
         if not isinstance(dst, Tensor) or not isinstance(dst.src, PlaceholderSrc):
             raise LoweringError(f"{node.format_node()}: copy_ into a non-input tensor")
+        carrier = self.carried.get(dst.id)
+        if carrier is not None and (not isinstance(src, Tensor) or self.carried.get(src.id) is not carrier):
+            raise LoweringError(f"{node.format_node()}: copy_ of a {getattr(src, 'dtype', type(src).__name__)} "
+                                f"value into a {carrier.dtype} input is not supported; copy a "
+                                f"{carrier.dtype} tensor into it")
         value = dslf.broadcast_to(dslf.cast(src, dst.dtype), dst.shape) if isinstance(src, Tensor) else src
         position = next(i.position for i in self.tensor_inputs if i.tensor is dst)
         self.mutations.append((position, value))
@@ -204,7 +231,7 @@ class FxLowering:
                 if v.id not in slot:
                     slot[v.id] = len(graph_outputs)
                     graph_outputs.append(v)
-                return OutputLeaf(LeafKind.GRAPH, slot[v.id])
+                return OutputLeaf(LeafKind.GRAPH, slot[v.id], self.carried.get(v.id))
             if isinstance(v, Index):
                 c = v.as_int()
                 return OutputLeaf(LeafKind.VALUE, c) if c is not None else OutputLeaf(LeafKind.SIZE, v)
@@ -230,7 +257,7 @@ class FxLowering:
         the argument at run time instead of a copy (e.g. transposed weights saved for backward)."""
         root, index = view_root(t)
         ti = next((ti for ti in self.tensor_inputs if ti.tensor is root), None)
-        if ti is None or root is t:
+        if ti is None or root is t or ti.carrier is not None:
             return None
         layout = strided_layout(t.shape, domain_vars(t.shape, "i"), Layout(root.shape, ti.strides).flat_index(index))
         if layout is None or any(not is_nonneg(s) for s in layout.strides + (layout.offset,)):
@@ -267,6 +294,16 @@ class OutputLeaf:
 
     kind: LeafKind
     value: Any
+    carrier: Carrier | None = None  # a GRAPH output carrying a complex/unsigned value
+
+
+def _carrier_in(node: torch.fx.Node) -> Carrier | None:
+    """The carrier of the first complex/unsigned tensor among the node's traced output and
+    arguments (None if it has none: loopnest's rules can lower it)."""
+    val = node.meta.get("val")
+    values = list(val) if isinstance(val, (tuple, list)) else [val]
+    values += [a.meta.get("val") for a in node.all_input_nodes]
+    return next((c for c in map(carrier_of, values) if c is not None), None)
 
 
 def _is_scalar(val) -> bool:

@@ -10,6 +10,7 @@ from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
+from ..ir.index import Index, product
 from ..ir.ops import Op
 from . import tensors as T
 from .registry import LoweringContext, register_family, register_lowering
@@ -129,7 +130,17 @@ def var_mean(x: Tensor, dim, correction, keepdim: bool, dtype: DType):
     axes = reduce_axes(x, dim)
     if not axes:
         return T.full(x.shape, 0.0 if c < 1 else math.nan, dtype), T.copy(x)
-    return dslf.var_mean(x, axes, c, keepdim)
+    var, mean = dslf.var_mean(x, axes, c, keepdim)
+    n = product(x.shape[a] for a in axes)
+    return _nan_if_empty(var, n), _nan_if_empty(mean, n)
+
+
+def _nan_if_empty(t: Tensor, n: Index) -> Tensor:
+    """``t``, or NaN where it reduced no element (``n == 0``): eager's 0 / 0."""
+    count = n.as_int()
+    if count is not None:
+        return t if count > 0 else T.full(t.shape, math.nan, t.dtype)
+    return dslf.where(dslf.apply(Op.GT, T.size_value(n), 0), t, math.nan)
 
 
 def _variance(root: bool, with_mean: bool):

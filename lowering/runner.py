@@ -86,7 +86,10 @@ class BoxedGraph:
 
 def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tensor:
     """``t`` on the graph's device in the layout the graph was compiled for (copied only when its
-    device or strides differ: e.g. CPU scalars and RNG seeds that CUDA graphs take as inputs)."""
+    device or strides differ: e.g. CPU scalars and RNG seeds that CUDA graphs take as inputs);
+    complex and unsigned arguments as the buffers that carry them."""
+    if ti.carrier is not None:
+        t = ti.carrier.to_ir(t)
     if t.device.type != device:
         t = t.to(device)
     if ti.contiguous:
@@ -96,7 +99,7 @@ def _fit(t: torch.Tensor, ti: TensorInput, env: dict, device: str) -> torch.Tens
 
 def _value(leaf: OutputLeaf, outs, args, fitted: dict, env):
     if leaf.kind is LeafKind.GRAPH:
-        return outs[leaf.value]
+        return outs[leaf.value] if leaf.carrier is None else leaf.carrier.from_ir(outs[leaf.value])
     if leaf.kind is LeafKind.ARG:
         return args[leaf.value]
     if leaf.kind is LeafKind.ARG_VIEW:

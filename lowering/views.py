@@ -27,6 +27,8 @@ def _view(ctx: LoweringContext, x, size):
     shape = ctx.out_shape()
     if tuple(shape) == tuple(x.shape):
         return x
+    if any(s.as_int() == 0 for s in x.shape):  # no element to remap (and no size to divide by)
+        return T.full(shape, 0, x.dtype)
     return T.reshape(x, shape)
 
 
@@ -163,6 +165,8 @@ def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
 def _as_strided(ctx, x, size, stride, storage_offset=None):
     """Reads ``x``'s storage at ``offset + sum(idx * stride)``: valid when ``x`` owns a contiguous
     storage of its own (an input or a computed tensor, not a view)."""
+    if any(s.as_int() == 0 for s in x.shape):  # no storage to read: the view is empty too
+        return T.full(ctx.out_shape(), 0, x.dtype)
     base = ctx.arg_val(0)
     owns = isinstance(x.src, (PlaceholderSrc, PointwiseSrc, ReductionSrc))
     if not owns or not base.is_contiguous() or base.storage_offset() != 0:

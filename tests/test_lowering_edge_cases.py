@@ -1,0 +1,128 @@
+"""Graphs the OpInfo sweep found loopnest could not run: complex and unsigned tensors (called
+through ATen, with the reason ``explain`` gives), variances over empty dimensions (NaN, as eager)
+and reshapes of empty tensors (group_norm on ``[0, C]``). Compared with eager on the C++ backend."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import loopnest as ln
+from conftest import assert_close
+
+
+def _compiled(fn, **options):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="loopnest", fullgraph=True, options={"backend": "cpp", **options})
+
+
+def _check(fn, *inputs, dynamic=False):
+    """fn compiled (fullgraph) equals eager fn, leaf by leaf: dtypes, shapes and NaNs included."""
+    want = fn(*inputs)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="loopnest", fullgraph=True, dynamic=dynamic, options={"backend": "cpp"})(*inputs)
+    for k, (g, w) in enumerate(zip(pytree.tree_leaves(got), pytree.tree_leaves(want), strict=True)):
+        if w.dtype.is_complex:
+            assert g.dtype == w.dtype, f"output {k}: dtype {g.dtype} != {w.dtype}"
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-5, atol=1e-5)
+        else:
+            assert_close(g, w, f"output {k}")
+
+
+def test_complex_ops_mixed_with_real_kernels_match_eager():
+    def f(x, y):
+        z = torch.complex(x, y) * (1 + 2j)
+        return z, torch.view_as_real(z).sum(-1) * x + 1, z.abs().exp(), torch.polar(x.abs(), y)
+
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    _check(f, x, y)
+
+
+def test_complex_inputs_outputs_and_conjugate_views_match_eager():
+    def f(z, w, x):
+        return z * w.conj() + x, (z - w).angle() * x, z.real + w.imag, torch.view_as_real(z.t()).sum()
+
+    z = torch.randn(4, 6, dtype=torch.complex64)
+    w = torch.randn(4, 6, dtype=torch.complex64).conj()  # a lazily conjugated input
+    _check(f, z, w, torch.randn(4, 6))
+
+
+def test_complex_with_symbolic_sizes_and_complex128():
+    def f(z, x):
+        return (z.exp() * x).sum(0), z.abs() + x
+
+    for n in (3, 5):
+        _check(f, torch.randn(n, 4, dtype=torch.complex128), torch.randn(n, 4, dtype=torch.float64), dynamic=True)
+
+
+def test_unsigned_tensors_are_called_through_aten():
+    def f(x, u):
+        v = (u * 3) ^ (u & 1023)
+        return v, (x * 2).to(torch.uint16), v.to(torch.int64) + 1, u == 7
+
+    u = torch.randint(0, 2**31, (8,), dtype=torch.uint32)
+    u[0] = 7
+    _check(f, torch.rand(8) * 100, u)
+
+
+def test_explain_names_the_complex_fallback_and_why():
+    def f(x, y):
+        return torch.view_as_real(torch.complex(x, y) * 1j).sum(-1).exp()
+
+    explanation = ln.explain(f, torch.randn(3, 4), torch.randn(3, 4), backend="cpp")
+    reasons = {f.op: f.reason for f in explanation.fallbacks}
+    assert "aten.complex.default" in reasons, str(explanation)
+    assert "complex64 tensors: called through ATen" in reasons["aten.complex.default"]
+    assert "loopnest kernels have no complex dtypes" in str(explanation)
+    assert explanation.num_kernels >= 1  # the real part (sum, exp) still runs in a kernel
+
+
+def test_complex_input_mutation_matches_eager():
+    def f(z, x):
+        z.mul_(x + 1j)
+        return z.abs() * x
+
+    z, x = torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4)
+    want_z, got_z = z.clone(), z.clone()
+    want = f(want_z, x)
+    got = _compiled(f)(got_z, x)
+    assert_close(got, want, "result")
+    torch.testing.assert_close(got_z, want_z, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_variance_over_an_empty_dimension_is_nan_as_in_eager(dynamic):
+    def f(x):
+        return (torch.var(x, 1), torch.std(x, 1, correction=0), torch.var_mean(x, 1, keepdim=True),
+                torch.std_mean(x, (1, 2), correction=0), torch.var(x, 0), x.mean(1))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager warns about degrees of freedom <= 0
+        _check(f, torch.randn(3, 0, 2), dynamic=dynamic)
+        _check(f, torch.randn(2, 5, 3), dynamic=dynamic)  # the same graph with elements
+
+
+def test_group_norm_of_an_empty_batch_matches_eager():
+    weight, bias = torch.randn(6), torch.randn(6)
+
+    def f(x):
+        return torch.nn.functional.group_norm(x, 3, weight, bias), x.reshape(-1, 3).sum(0)
+
+    _check(f, torch.randn(0, 6))
+    _check(f, torch.randn(0, 6, 4))
+
+
+def test_integer_abs_and_negation_wrap_at_the_minimum_as_eager():
+    """-INT_MIN and abs(INT_MIN) are INT_MIN in eager; in C++ ``-a`` is undefined there, and g++
+    used that to drop the floor correction of ``abs(a) // b`` (found by tests/test_fuzz.py)."""
+    for dtype in (torch.int32, torch.int64):
+        lo = torch.iinfo(dtype).min
+        a = torch.tensor([lo, lo + 1, -21, 0, 7], dtype=dtype)
+        b = torch.tensor([21, -5, 4, 3, -2], dtype=dtype)
+        x = ln.placeholder("x", (5,), getattr(ln, str(dtype)[6:]))
+        y = ln.placeholder("y", (5,), x.dtype)
+        got = ln.compile([-x, abs(x), abs(x) // abs(y), (-x) // y], backend="cpp")(a, b)
+        for g, w in zip(got, (-a, a.abs(), a.abs() // b.abs(), (-a) // b)):
+            assert_close(g, w, str(dtype))
