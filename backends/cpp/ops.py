@@ -55,7 +55,7 @@ RENDER: dict[Op, Callable[..., str]] = {
     Op.FLOORDIV: _fn("ln_floordiv"), Op.MOD: _fn("ln_mod"), Op.FMOD: _fn("ln_fmod"),
     Op.POW: _fn("ln_pow"), Op.ATAN2: _fn("std::atan2"),
     Op.MAXIMUM: _fn("ln_maximum"), Op.MINIMUM: _fn("ln_minimum"), Op.COPYSIGN: _fn("std::copysign"),
-    Op.NEG: lambda a: f"(-{a})", Op.ABS: _fn("ln_abs"), Op.RECIPROCAL: lambda a: f"(1 / {a})",
+    Op.NEG: _fn("ln_neg"), Op.ABS: _fn("ln_abs"), Op.RECIPROCAL: lambda a: f"(1 / {a})",
     Op.SIGN: _fn("ln_sign"),
     Op.SQRT: _fn("std::sqrt"), Op.RSQRT: _fn("ln_rsqrt"), Op.SIGMOID: _fn("ln_sigmoid"),
     Op.ERFINV: _fn("ln_erfinv"),
@@ -172,7 +172,10 @@ static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN ->
 }
 template <class T> static inline T ln_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
-template <class T> static inline T ln_abs(T a) { return a < 0 ? -a : a; }
+template <class T> static inline T ln_neg(T a) {  // integers wrap at the minimum, as eager (-a is UB there)
+  if constexpr (std::is_integral_v<T>) return (T)(0 - (std::make_unsigned_t<T>)a); else return -a;
+}
+template <class T> static inline T ln_abs(T a) { return a < 0 ? ln_neg(a) : a; }
 static inline float ln_abs(float a) { return std::fabs(a); }
 static inline double ln_abs(double a) { return std::fabs(a); }
 template <class T> static inline T ln_sign(T a) { return (T)((a > 0) - (a < 0)); }
