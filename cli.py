@@ -253,11 +253,12 @@ def cmd_worker(args) -> int:
     if len(devices) > 1:  # one process per device, each seeing only its own
         flags = {"--db": resolve_url(args.db), "--backend": backend.name, "--lease": args.lease,
                  "--measure": args.measure, "--max-requests": args.max_requests, "--idle-exit": args.idle_exit,
-                 "--workers": args.workers, "--timing-log": args.timing_log}
+                 "--workers": args.workers, "--timing-log": args.timing_log, "--share-above": args.share_above}
         return spawn_per_device(devices, [str(x) for k, v in flags.items() if v is not None for x in (k, v)])
     options = WorkerOptions(db_url=resolve_url(args.db), backend=backend.name, lease_s=args.lease,
                             idle_exit_s=args.idle_exit, max_requests=args.max_requests, measure_s=args.measure,
-                            timing_log=args.timing_log, **({"compile_workers": args.workers} if args.workers else {}))
+                            timing_log=args.timing_log, share_above=args.share_above or None,
+                            **({"compile_workers": args.workers} if args.workers else {}))
     served = Worker(options).run()
     print(f"served {served} requests", file=sys.stderr)
     return 0
@@ -407,6 +408,8 @@ def _service_parsers(sub) -> None:
     w.add_argument("--measure", type=float, default=0.25, metavar="S", help="CPU seconds timing one config")
     w.add_argument("--workers", type=int, help="parallel compiles (default: CPU count)")
     w.add_argument("--timing-log", metavar="FILE", help="append each device-lock window as JSON lines")
+    w.add_argument("--share-above", type=int, default=16, metavar="N",
+                   help="when idle, join the study of a running request of at least N trials (default 16; 0: never)")
     _common(w)
     w.set_defaults(handler=cmd_worker)
     q = sub.add_parser("queue", help="list tuning requests (ages, owners, attempts, throughput) or cancel one")

@@ -37,7 +37,7 @@ from .keys import study_name, tuning_key
 from .kernel_harness import KernelHarness
 from .options import TuneSettings
 from .storage import optuna_storage
-from .tuner import GraphTuner
+from .tuner import GraphTuner, KernelReport
 
 log = logging.getLogger("loopnest.worker")
 
@@ -50,7 +50,8 @@ class BadRequest(ValueError):
 class WorkerOptions:
     """``lease_s``: a claim's lease (heartbeats every third of it); ``idle_exit_s``: stop after
     that long without work (None: never); ``max_requests``: stop after that many (None: never);
-    ``timing_log``: append every device-lock window there (JSON lines)."""
+    ``timing_log``: append every device-lock window there (JSON lines); ``share_above``: when idle,
+    help with running requests of at least that many trials (None: never)."""
 
     db_url: str
     backend: str | None = None
@@ -62,6 +63,7 @@ class WorkerOptions:
     compile_workers: int = max(1, os.cpu_count() or 1)
     timing_log: str | None = None
     study_prefix: str = "ln"
+    share_above: int | None = None
 
 
 def rebuild(request: RequestRecord, hardware: HardwareInfo) -> Kernel:
@@ -89,11 +91,11 @@ def device_id(backend: Backend) -> str:
 
 
 class Lease:
-    """Extends a claim from a background thread; ``lost`` is set when the lease is gone."""
+    """Extends a claim from a background thread (until the lease is gone: the worker then finds
+    out when it reports the result)."""
 
     def __init__(self, queue: RequestQueue, request_id: int, owner: str, lease_s: float):
         self.queue, self.request_id, self.owner, self.lease_s = queue, request_id, owner, lease_s
-        self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
 
@@ -109,7 +111,6 @@ class Lease:
         while not self._stop.wait(self.lease_s / 3):
             try:
                 if not self.queue.heartbeat(self.request_id, self.owner, self.lease_s):
-                    self.lost.set()
                     return
             except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the lease has slack
                 log.warning("heartbeat of request %s failed: %s", self.request_id, exc)
@@ -126,6 +127,7 @@ class Worker:
         self.hardware = self.backend.hardware()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.backend.device}"
         self.lock = DeviceLock(options.db_url, device_id(self.backend), self.owner, options.timing_log)
+        self.helped: set[int] = set()
         self.heartbeat_s = max(1, int(options.lease_s / 3))
         self.grace_s = max(self.heartbeat_s + 1, int(options.lease_s))
         setup = DeviceLock(options.db_url, "optuna-storage-setup", self.owner)
@@ -142,6 +144,9 @@ class Worker:
         try:
             while o.max_requests is None or served < o.max_requests:
                 request = self.queue.claim(self.owner, self.hardware, [self.backend.name], o.lease_s)
+                if request is None and self.help_one():
+                    idle_since = time.monotonic()
+                    continue
                 if request is None:
                     if o.idle_exit_s is not None and time.monotonic() - idle_since >= o.idle_exit_s:
                         break
@@ -175,8 +180,33 @@ class Worker:
                     return 0
         return int(state in (RequestState.DONE, RequestState.FAILED))
 
+    def help_one(self) -> bool:
+        """With nothing to claim: join the study of a running request whose budget is at least
+        ``share_above`` trials (Optuna's shared storage; the budget is the study's total, so the
+        helpers' trials are not extra). Returns whether it helped."""
+        o = self.options
+        if o.share_above is None:
+            return False
+        request = self.queue.joinable(self.owner, self.hardware, [self.backend.name], o.share_above, self.helped)
+        if request is None:
+            return False
+        self.helped.add(request.id)
+        log.info("%s: helping with request %s (%s, owner %s)", self.owner, request.id, request.name, request.owner)
+        try:
+            self.run_study(request, rebuild(request, self.hardware))
+        except Exception as exc:  # noqa: BLE001 - the owner reports the request's outcome
+            log.warning("helping with request %s failed: %s", request.id, exc)
+        return True
+
     def tune(self, request: RequestRecord, kernel: Kernel) -> RequestState:
-        """Run the request's study on this device and store the winner; mark the request done."""
+        """Run the request's study on this device, store the winner, mark the request done."""
+        report = self.run_study(request, kernel)
+        if report.config is None:
+            raise RuntimeError(f"no candidate of {request.name} verified ({report.failed} failed trials)")
+        return self.queue.complete(request.id, self.owner, request.trials)
+
+    def run_study(self, request: RequestRecord, kernel: Kernel) -> KernelReport:
+        """Tune ``kernel`` in the request's study (resumed or shared) and store the winner."""
         o = self.options
         settings = TuneSettings(trials=request.trials, db_url=o.db_url, measure_s=o.measure_s,
                                 workers=o.compile_workers, heartbeat_s=self.heartbeat_s, grace_s=self.grace_s,
@@ -184,11 +214,9 @@ class Worker:
         harness = KernelHarness(kernel, request.symbols, self.backend, BenchOptions(budget_s=o.measure_s), self.lock)
         tuner = GraphTuner(harness, settings, self.db, label=request.name.removesuffix(f"/{kernel.name}"),
                            backend=self.backend)
-        self.queue.set_study(request.id, self.owner, study_name(o.study_prefix, tuner.key(kernel)))
-        report = tuner.tune_kernel(kernel)
-        if report.config is None:
-            raise RuntimeError(f"no candidate of {request.name} verified ({report.failed} failed trials)")
-        return self.queue.complete(request.id, self.owner, request.trials)
+        if request.owner == self.owner:
+            self.queue.set_study(request.id, self.owner, study_name(o.study_prefix, tuner.key(kernel)))
+        return tuner.tune_kernel(kernel)
 
 
 def visible_devices(spec: str, backend: Backend) -> list[str]:

@@ -15,7 +15,7 @@ from this machine's on SQLite (one machine).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -92,6 +92,21 @@ class RequestQueue:
             row.attempts += 1
             s.flush()
             return _record(row)
+
+    def joinable(self, owner: str, hardware: HardwareInfo, backends: Sequence[str], min_trials: int,
+                 skip: Collection[int] = ()) -> RequestRecord | None:
+        """A request leased to another worker, with a live lease, its study started on this hardware
+        model, and a budget of at least ``min_trials`` (highest priority first): one whose study
+        more workers can share. Nothing is changed; the owner still reports the outcome."""
+        with self.db.session(write=False) as s:
+            query = (select(TuneRequest)
+                     .where(TuneRequest.state == RequestState.RUNNING, TuneRequest.lease_until > db_now(s),
+                            TuneRequest.owner != owner, TuneRequest.study.like(f"%:{hardware.fingerprint}"),
+                            TuneRequest.trials >= min_trials, TuneRequest.id.not_in(list(skip)),
+                            TuneRequest.backend.in_(list(backends)), _matches(hardware))
+                     .order_by(TuneRequest.priority.desc(), TuneRequest.created_at).limit(1))
+            row = s.scalar(query)
+            return None if row is None else _record(row)
 
     def heartbeat(self, request_id: int, owner: str, lease_s: float) -> bool:
         """Extend the lease; False when ``owner`` no longer holds it."""

@@ -58,6 +58,7 @@ def measured_trials(url: str) -> dict[str, list[tuple[str, str | None]]]:
     return out
 
 
+@pytest.mark.slow  # about 160 s on two shared cores
 @POSTGRES
 def test_four_workers_drain_forty_requests_exactly_once(db_url, tmp_path):
     ids = softmax_requests(db_url, range(8, 48), trials=2)
@@ -136,3 +137,18 @@ def test_a_request_whose_ir_does_not_parse_fails_without_running(db_url):
     assert record.state == RequestState.FAILED and record.attempts == 1
     assert "does not parse" in record.error
     assert measured_trials(db_url) == {}
+
+
+@POSTGRES
+def test_two_workers_share_one_large_request_s_study_within_its_budget(db_url, tmp_path):
+    [rid] = softmax_requests(db_url, range(96, 97), trials=8)
+    log = tmp_path / "windows.jsonl"
+    workers = [start_worker(db_url, "--idle-exit", "4", "--lease", "30", "--measure", "0.3", "--share-above", "8",
+                            "--timing-log", str(log)) for _ in range(2)]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0]
+    record = RequestQueue(TuningDB(db_url)).get(rid)
+    assert (record.state, record.attempts) == (RequestState.DONE, 1)
+    owners = Counter(json.loads(line)["owner"] for line in log.read_text().splitlines())
+    assert len(owners) == 2, owners                                               # both measured its configs
+    assert len(measured_trials(db_url)[record.study]) == 8                        # the budget is the study's
+    assert len(TuningDB(db_url).winners(backend="cpp")) == 1

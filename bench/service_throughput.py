@@ -1,0 +1,115 @@
+"""Throughput of the tuning service: wall time for N worker processes to drain the requests of a
+set of workloads, for each N, with the winners' times against the first run's.
+
+Each run starts from an empty database (a SQLite file in a temp dir, or with ``--postgres URL``
+a fresh database created on that server), enqueues one request per kernel of the workloads
+(``loopnest.autotune.request``), starts N ``autotune worker`` processes sharing the one device,
+and times from the workers' start until no request is pending or running. Requests per minute
+and the wall time are printed per N, and the winners' times of each run are compared with the
+first run's (median and worst ratio over the keys both runs tuned): parallel compiles and
+serialized timing should speed the drain up without making the winners slower.
+
+Run it (CPU, this machine)::
+
+    python bench/service_throughput.py --device cpu --workers 1,2 --trials 4 --size tiny
+
+On one GPU (the H200), the suite at GPU sizes with 1, 2 and 4 workers sharing it::
+
+    python bench/service_throughput.py --device cuda --workers 1,2,4 --trials 10
+
+``--workloads`` picks other built-in workloads (default: the ten of the suite), ``--measure``
+the CPU seconds spent timing a config, ``--postgres`` a PostgreSQL server to run against.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from sqlalchemy import create_engine, make_url, text
+
+from loopnest.autotune.requests import request_workloads
+from loopnest.autotune.workloads import WORKLOADS
+from loopnest.db.api import TuningDB
+from loopnest.db.models import RequestState
+from loopnest.db.queue import RequestQueue
+
+SUITE = list(WORKLOADS)[:10]
+
+
+def fresh_db(postgres: str | None, tmp: str, label: str) -> str:
+    """An empty database URL: a SQLite file, or a new database on the PostgreSQL server."""
+    if postgres is None:
+        return f"sqlite:///{tmp}/{label}.db"
+    name = f"ln_bench_{label}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(postgres).set(database=name).render_as_string(hide_password=False)
+
+
+def drain(url: str, workers: int, backend: str, measure: float) -> float:
+    """Start ``workers`` worker processes; seconds until the queue has no pending or running request."""
+    queue = RequestQueue(TuningDB(url))
+    args = [sys.executable, "-m", "loopnest.cli", "worker", "--db", url, "--backend", backend, "--idle-exit", "5",
+            "--measure", str(measure)]
+    start = time.perf_counter()
+    procs = [subprocess.Popen(args, stderr=subprocess.DEVNULL, env=dict(os.environ)) for _ in range(workers)]
+    while any(r.state in (RequestState.PENDING, RequestState.RUNNING) for r in queue.list()):
+        if all(p.poll() is not None for p in procs):
+            raise RuntimeError("every worker exited with requests left; run one by hand to see why")
+        time.sleep(0.2)
+    elapsed = time.perf_counter() - start
+    for p in procs:
+        p.wait()
+    return elapsed
+
+
+def run(n: int, args, backend: str, tmp: str) -> dict:
+    url = fresh_db(args.postgres, tmp, f"w{n}")
+    ids = request_workloads(args.workloads, backend, args.size, trials=args.trials, db_url=url)
+    wall = drain(url, n, backend, args.measure)
+    db = TuningDB(url)
+    records = RequestQueue(db).list()
+    winners = {(w.kernel_hash, w.key.sizes_key, w.key.dtypes_key): w.time_us for w in db.winners()}
+    done = sum(1 for r in records if r.state == RequestState.DONE)
+    return {"workers": n, "requests": len(ids), "done": done, "failed": len(records) - done, "wall_s": wall,
+            "per_minute": 60.0 * done / wall, "winners": winners}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--workers", default="1,2", help="worker counts to run, e.g. 1,2,4")
+    p.add_argument("--trials", type=int, default=10, help="budget per request")
+    p.add_argument("--size", choices=("gpu", "cpu", "cache", "tiny"), help="default: gpu on cuda, else cpu")
+    p.add_argument("--workloads", nargs="+", default=SUITE)
+    p.add_argument("--measure", type=float, default=0.1, help="CPU seconds timing one config")
+    p.add_argument("--postgres", metavar="URL", help="run on fresh databases of this server (default: SQLite)")
+    args = p.parse_args()
+    backend = "triton" if args.device == "cuda" else "cpp"
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (int(x) for x in args.workers.split(",")):
+            results.append(run(n, args, backend, tmp))
+            print(f"{n} workers: {results[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    base = results[0]
+    print(f"| workers | requests | done | failed | wall s | requests/min | speedup | winners vs {base['workers']} worker(s): "
+          "median, worst |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        common = [k for k in r["winners"] if k in base["winners"]]
+        ratios = [r["winners"][k] / base["winners"][k] for k in common] or [float("nan")]
+        print(f"| {r['workers']} | {r['requests']} | {r['done']} | {r['failed']} | {r['wall_s']:.1f} | "
+              f"{r['per_minute']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
+              f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) |")
+
+
+if __name__ == "__main__":
+    main()
