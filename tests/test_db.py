@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import uuid
 from datetime import timedelta
@@ -24,6 +27,8 @@ from loopnest.db.api import (
     UnknownKernelError, default_db_url,
 )
 from loopnest.db.models import utcnow
+from loopnest.db.records import DTYPE_NAMES
+from loopnest.ir.dtypes import BY_NAME
 from loopnest.db.schema import HEAD, VERSION_TABLE, alembic_config, head_revision
 
 PG_ENV = "LOOPNEST_TEST_PG_URL"
@@ -214,6 +219,56 @@ def test_store_winner_upserts_one_row_per_key(db, db_url, cpu, software):
     assert len(db.winners(hardware=cpu.fingerprint)) == 2
 
 
+def test_the_stored_winner_is_the_fastest_under_the_same_software(db, cpu, software):
+    k = key(cpu)
+    assert db.store_winner(k, {"block": 64, "threads": 2}, 9.3, 15.0, software).time_us == 9.3
+    kept = db.store_winner(k, {"block": 32, "threads": 2}, 12.9, 15.0, software)  # slower: not stored
+    assert (kept.time_us, kept.config["block"]) == (9.3, 64)
+    assert db.winners()[0].time_us == 9.3
+    newer = {**software, "codegen_version": "next"}
+    assert db.store_winner(k, {"block": 32, "threads": 2}, 12.9, 15.0, newer).time_us == 12.9  # other software
+    db.lookup(k, software)  # marks the row stale for this software
+    assert db.store_winner(k, {"block": 16, "threads": 2}, 14.0, 15.0, newer).time_us == 14.0  # stale: replaced
+
+
+OFFERS = textwrap.dedent("""
+    import json, random, sys
+    from loopnest.core.hardware import HardwareInfo
+    from loopnest.db.api import TuningDB, TuningKey
+    url, seed = sys.argv[1], int(sys.argv[2])
+    hw = HardwareInfo("cpu", "a test cpu", "avx2", 2, 1 << 30)
+    key = TuningKey("9f1c2a7be04d", "cpp", (8192, 2048), ("float32",), hw)
+    db = TuningDB(url)
+    db.register_kernel("9f1c2a7be04d", "cpp", "softmax", "ir")
+    rng, offered = random.Random(seed), []
+    for i in range(25):
+        t = round(rng.uniform(5.0, 50.0), 3)
+        config = {"block": 2 ** rng.randint(0, 10), "threads": seed}
+        trial = db.record_trial(key, config, "ok", quantiles=(t, t, t))
+        db.store_winner(key, config, t, 60.0, {"torch": "x"}, trial_id=trial)
+        offered.append([t, config])
+    print(json.dumps(offered))
+""")
+
+
+def test_concurrent_writers_keep_the_fastest_winner(db_url):
+    TuningDB(db_url).close()
+    procs = [subprocess.Popen([sys.executable, "-c", OFFERS, db_url, str(seed)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in range(1, 5)]
+    offered = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        offered += json.loads(out)
+    with TuningDB(db_url) as db:
+        (winner,) = db.winners()
+        best_time, best_config = min(offered, key=lambda o: o[0])
+        assert (winner.time_us, winner.config) == (best_time, best_config)
+        (trial,) = [t for t in db.trials() if t.id == winner.trial_id]
+        assert trial.p50_us == best_time and trial.config == best_config
+        assert len(db.trials()) == len(offered) == 100  # every measurement kept
+
+
 def test_only_an_ok_trial_of_the_same_key_backs_a_winner(db, cpu, software):
     k = key(cpu)
     failed = db.record_trial(k, {"block": 4096, "threads": 2}, "timeout", message="over 2 s budget")
@@ -287,10 +342,19 @@ def _corrupt(row: dict, how: str) -> str:
         row["hardware"]["cores"] += 1
     elif how == "not json":
         return json.dumps(row)[:-1]
+    elif how == "unknown dtype":
+        row["dtypes"] = ["float33"]
+    elif how == "not a hash":
+        row["kernel"] = "softmax; DROP TABLE ln_winners"
+    elif how == "speedup":
+        row["speedup"] = 1000.0
+    elif how == "long name":
+        row["name"] = "k" * 300
     return json.dumps(row)
 
 
-BAD_ROWS = ["unknown field", "wrong type", "config rejected", "fingerprint", "not json"]
+BAD_ROWS = ["unknown field", "wrong type", "config rejected", "fingerprint", "not json", "unknown dtype",
+            "not a hash", "speedup", "long name"]
 
 
 @pytest.mark.parametrize("how", BAD_ROWS)
@@ -307,6 +371,28 @@ def test_import_rejects_a_bad_row_and_imports_nothing(db, cpu, software, tmp_pat
     with pytest.raises(ImportRowError, match="line 3"):  # also nothing added to a populated DB
         db.import_jsonl(io.StringIO("\n".join(lines)), validate_cpp_config)
     assert len(db.winners()) == 2
+
+
+def test_import_keeps_the_faster_of_two_rows_with_one_key_and_says_so(db, cpu, software, tmp_path):
+    _populate(db, cpu, software)
+    buf = io.StringIO()
+    db.export_jsonl(buf)
+    rows = [json.loads(line) for line in buf.getvalue().splitlines()]
+    faster = {**rows[0], "time_us": rows[0]["time_us"] / 2, "config": {"block": 128, "threads": 2}}
+    faster["speedup"] = None if faster["default_time_us"] is None else faster["default_time_us"] / faster["time_us"]
+    lines = [json.dumps(rows[0]), json.dumps(rows[1]), json.dumps(faster)]
+    with TuningDB(f"sqlite:///{tmp_path / 'target.db'}") as target:
+        parsed = target.import_jsonl(io.StringIO("\n".join(lines)), validate_cpp_config)
+        assert len(parsed.records) == 2
+        (note,) = parsed.duplicates
+        assert "lines 1 and 3" in note and "kept line 3" in note and "dropped line 1" in note
+        stored = {w.sizes: w for w in target.winners()}
+        assert stored[tuple(rows[0]["sizes"])].config == {"block": 128, "threads": 2}
+        assert stored[tuple(rows[1]["sizes"])].time_us == rows[1]["time_us"]  # the other row is intact
+
+
+def test_dtype_names_are_the_irs():
+    assert DTYPE_NAMES == set(BY_NAME)
 
 
 # -- trial housekeeping ------------------------------------------------------------------------
