@@ -15,7 +15,7 @@ import weakref
 from typing import Any, Mapping
 
 from ..db.api import HardwareInfo, TuningKey
-from ..ir.expr import Apply, Const, Expr, IndexValue, Load, rewrite, substitute_vars
+from ..ir.expr import Apply, Const, Expr, IndexValue, Load, rewrite, substitute_vars, walk
 from ..ir.index import Index, Indirect, Sym, evaluate
 from ..ir.nodes import Buffer, Layout
 from ..ir.ops import Op
@@ -87,12 +87,15 @@ def specialize(kernel: Kernel, env: Mapping[str, int]) -> Kernel:
     def index(items: tuple[Index, ...]) -> tuple[Index, ...]:
         return tuple(i.subs(mapping) for i in items)
 
+    constant: set[Expr] = set()  # size values that were constants before: a static trace keeps them
+
     def fold(node: Expr, visit) -> Expr | None:
         if isinstance(node, Load):
             return _with_indirect_bounds(node, mapping, visit)
-        return _fold_sizes(node, visit)
+        return None if node in constant else _fold_sizes(node, visit)
 
     def expr(e: Expr) -> Expr:
+        constant.update(n for n in walk(e) if isinstance(n, IndexValue) and n.index.as_int() is not None)
         return rewrite(substitute_vars(e, mapping, memo), fold, folded)
 
     def layout(lay: Layout) -> Layout:
