@@ -7,9 +7,9 @@ configs per size.
    (``tune="db"``) is then called at every size: at its first call at a size it finds that
    winner (the key of the kernel specialized at the call's sizes is the static kernel's) and
    runs it from the symbolic kernel. Both are timed alternately, ``--rounds`` rounds of
-   ``--repeat`` calls each; the table shows the median ms of each and dynamic / static per
-   round (median, min, max). The comparison includes the cost of symbolic sizes in the
-   generated code.
+   ``--repeat`` calls each; the table shows the median ms of each, dynamic / static per round
+   (median, min, max), and the ratio of the best rounds (the least disturbed on a shared
+   machine). The comparison includes the cost of symbolic sizes in the generated code.
 2. Dispatch: the same two kinds of graph at a tiny size (8x16, one thread, a stored winner),
    called directly (``CompiledGraph``), ``--calls`` times each in interleaved blocks of 1,000;
    the median host time per call of each, and dynamic minus static. Also at the
@@ -81,7 +81,7 @@ def side_by_side(rows: list[int], cols: int, trials: int, rounds: int, repeat: i
     graph = graphs[0].compiled
     print(f"one dynamic graph for {len(rows)} sizes (graphs compiled: {len(graphs)})")
     print(f"{'rows x cols':>13} {'static config':>34} {'dynamic decision':>22} {'static ms':>10} "
-          f"{'dynamic ms':>10} {'dyn/static (min..max)':>24}")
+          f"{'dynamic ms':>10} {'dyn/static (min..max)':>24} {'best/best':>9}")
     for r in rows:
         fn, static_graph = static[r]
         (decision,) = static_graph.tuning.values()
@@ -97,7 +97,8 @@ def side_by_side(rows: list[int], cols: int, trials: int, rounds: int, repeat: i
         label = f"threads={config.threads} {config.schedule},{config.grain}"
         print(f"{r:>7}x{cols:<5} {label + ' (' + decision.source + ')':>34} {dyn.source + ' ' + dyn.lookup:>22} "
               f"{statistics.median(s_ms):>10.3f} {statistics.median(d_ms):>10.3f} "
-              f"{statistics.median(ratios):>8.3f} ({min(ratios):.3f}..{max(ratios):.3f})")
+              f"{statistics.median(ratios):>8.3f} ({min(ratios):.3f}..{max(ratios):.3f}) "
+              f"{min(d_ms) / min(s_ms):>9.3f}")
 
 
 def dispatch_overhead(calls: int, url: str) -> None:
