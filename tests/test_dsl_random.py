@@ -2,6 +2,7 @@
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import dsl_trees
 import loopnest as ln
 from conftest import assert_close
 
@@ -28,19 +29,11 @@ leaves = st.sampled_from(["x", "y", "c"])
 
 
 def trees(depth):
-    if depth == 0:
-        return leaves
-    sub = trees(depth - 1)
-    return st.one_of(leaves, st.tuples(st.sampled_from(sorted(UNARY)), sub),
-                     st.tuples(st.sampled_from(sorted(BINARY)), sub, sub))
+    return dsl_trees.trees(depth, leaves, UNARY, BINARY)
 
 
 def evaluate(tree, env, world):
-    if isinstance(tree, str):
-        return env[tree]
-    if len(tree) == 2:
-        return UNARY[tree[0]][world](evaluate(tree[1], env, world))
-    return BINARY[tree[0]][world](evaluate(tree[1], env, world), evaluate(tree[2], env, world))
+    return dsl_trees.evaluate(tree, env, world, UNARY, BINARY)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
