@@ -54,6 +54,16 @@ def fresh_db(postgres: str | None, tmp: str, label: str) -> str:
     return make_url(postgres).set(database=name).render_as_string(hide_password=False)
 
 
+def drop_db(postgres: str | None, url: str) -> None:
+    """Drop a database ``fresh_db`` created on the PostgreSQL server (a SQLite file goes with its dir)."""
+    if postgres is None:
+        return
+    admin = create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
+    admin.dispose()
+
+
 def drain(url: str, workers: int, backend: str, measure: float) -> float:
     """Start ``workers`` worker processes; seconds until the queue has no pending or running request."""
     queue = RequestQueue(TuningDB(url))
@@ -79,6 +89,8 @@ def run(n: int, args, backend: str, tmp: str) -> dict:
     records = RequestQueue(db).list()
     winners = {(w.kernel_hash, w.key.sizes_key, w.key.dtypes_key): w.time_us for w in db.winners()}
     done = sum(1 for r in records if r.state == RequestState.DONE)
+    db.close()
+    drop_db(args.postgres, url)
     return {"workers": n, "requests": len(ids), "done": done, "failed": len(records) - done, "wall_s": wall,
             "per_minute": 60.0 * done / wall, "winners": winners}
 

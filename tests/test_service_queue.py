@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import text
 
 from autotune_support import db_url  # noqa: F401 - db_url is a fixture
 from loopnest.core.hardware import HardwareInfo
@@ -61,8 +62,8 @@ def test_expired_lease_is_claimed_again_and_the_old_owner_cannot_finish(queue):
     assert (taken.id, taken.owner, taken.attempts) == (rid, "b", 2) and "lease of a expired" in taken.error
     assert not queue.heartbeat(rid, "a", 30)
     with pytest.raises(LeaseLost):
-        queue.complete(rid, "a", trials_run=2)
-    assert queue.complete(rid, "b", trials_run=2) == RequestState.DONE
+        queue.complete(rid, "a", budget=2)
+    assert queue.complete(rid, "b", budget=2) == RequestState.DONE
     assert queue.get(rid).state == RequestState.DONE and queue.get(rid).finished_at is not None
 
 
@@ -90,7 +91,7 @@ def test_a_budget_raised_while_running_sends_the_request_back(queue):
     rid = queue.enqueue(new(trials=2))
     queue.claim("a", CPU, ["cpp"], 30)
     queue.enqueue(new(trials=5))
-    assert queue.complete(rid, "a", trials_run=2) == RequestState.PENDING
+    assert queue.complete(rid, "a", budget=2) == RequestState.PENDING
     assert queue.claim("b", CPU, ["cpp"], 30).trials == 5
 
 
@@ -126,7 +127,7 @@ def test_concurrent_claimers_never_share_a_request(queue, db_url):
         while (r := mine.claim(name, CPU, ["cpp"], 30)) is not None:
             with lock:
                 claimed.append(r.id)
-            mine.complete(r.id, name, trials_run=2)
+            mine.complete(r.id, name, budget=2)
         mine.db.close()
 
     threads = [threading.Thread(target=claimer, args=(f"t{i}",)) for i in range(4)]
@@ -136,3 +137,13 @@ def test_concurrent_claimers_never_share_a_request(queue, db_url):
         t.join()
     assert sorted(claimed) == sorted(ids)
     assert all(r.state == RequestState.DONE for r in queue.list())
+
+
+def test_a_damaged_request_row_fails_with_the_reason_and_is_never_handed_out(queue):
+    rid = queue.enqueue(new())
+    with queue.db.engine.begin() as conn:
+        conn.execute(text("UPDATE ln_requests SET symbols = '[1, 2]' WHERE id = :i"), {"i": rid})
+    assert queue.claim("a", CPU, ["cpp"], 30) is None
+    with queue.db.engine.connect() as conn:
+        state, error = conn.execute(text("SELECT state, error FROM ln_requests WHERE id = :i"), {"i": rid}).one()
+    assert state == "failed" and f"ln_requests.id={rid}" in error and "symbols" in error
