@@ -139,7 +139,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
         result["ms"][variant] = bench(call, device)
         if w.train and device == "cuda":
             result["kernels"][variant] = count_kernels(call)
-    moved = w.min_bytes(args, want)
+    moved = w.min_bytes(args, eager)  # the outputs in their own dtypes (want is float64)
     result["frac"] = {k: moved / (v / 1e3) / (copy_gbs * 1e9) for k, v in result["ms"].items()}
     result["mb"] = moved / 1e6
     return result

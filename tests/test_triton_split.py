@@ -92,10 +92,17 @@ def test_long_or_few_rows_default_to_split_sync(shape):
     assert shape[0] * cfg.SPLIT >= 2 * H200.cores or cfg.RBLOCK == 2048 or shape[1] > 32768
 
 
-def test_middle_dim_mean_defaults_split_across_programs():
+def test_long_rows_only_reduced_stay_looped():
+    """Many long rows that no later phase reads again (cross-entropy's row losses) stay looped."""
+    kernel = _kernel((4096, 128256), lambda x: ln.log(ln.sum(ln.exp(x - ln.max(x, 1, keepdim=True)), 1)),
+                     ln.bfloat16)
+    assert registry.get("triton").default_config(kernel).strategy is Strategy.LOOPED
+
+
+def test_middle_dim_mean_default_loads_along_the_rows():
     kernel = _kernel((32, 2048, 512), lambda x: ln.mean(x, 1))
     cfg = registry.get("triton").default_config(kernel)
-    assert cfg.strategy is Strategy.SPLIT_SYNC and cfg.SPLIT > 1
+    assert cfg.strategy is Strategy.LOOPED and cfg.XBLOCK == 32
     source = generate(kernel, cfg, triton_settings.TritonSettings(interpret=False, debug=False)).source
     assert "rindex*512" in source.replace(" ", ""), "the reduced dim steps by the inner extent"
 

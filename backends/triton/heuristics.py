@@ -14,16 +14,19 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   0.83-0.93);
 * longer rows (or rows of unknown length): looped in chunks of 4096 elements with 16 warps
   (chunks of 1024 with 4 warps: 0.48; bf16 rmsnorm 4096x65536: 0.72, persistent: 0.44);
-* reductions whose reduced dim is strided (a sum over dim 0): 32x32 tiles, 8 warps, looped, each
-  load contiguous along the rows (0.83; 64x64 with 4 warps, too few programs: 0.34);
-* rows longer than 32768 elements (or rows too few to fill the GPU, at least 8192 long):
-  split_sync, each row split across programs of one launch in slices of at most 16384 elements
-  that stay in registers from the first phase to the last (a softmax reads its input once
+* reductions whose reduced dim is strided (a sum over dim 0, a mean over the middle dim): 32x32
+  tiles, 8 warps, looped, each load contiguous along the rows (0.83; 64x64 with 4 warps, too few
+  programs: 0.34). ``x.mean(1)`` on (32, 2048, 512): 0.73 (kernel time); 64x32: 0.68, 64x16 with
+  4 warps: 0.52, 128x8: 0.31; the reduced dim split over 2-4 programs (split or split_sync): 0.59-0.67;
+* rows longer than 32768 elements that a later phase reads again to store elementwise results
+  (softmax, log_softmax), or rows too few to fill the GPU (fewer than the SMs, at least 8192
+  long): split_sync, each row split across programs of one launch in slices of at most 16384
+  elements that stay in registers from the first phase to the last (the input is read once
   instead of three times), or, when rows are few, into enough slices for two programs per
-  multiprocessor; SPLIT never exceeds the multiprocessors (all programs of a row run at once);
-* reductions whose reduced dim is strided with few programs per multiprocessor (``x.mean(1)``
-  on (32, 2048, 512)): the same tiles, the reduced dim split across programs of one launch
-  until there are eight per multiprocessor (short kernels lose least to the last wave);
+  multiprocessor; SPLIT never exceeds the multiprocessors (all programs of a row run at once).
+  softmax 1024x131072: 0.74 (looped: 0.41); log_softmax 128x262144: 0.65. Rows only reduced
+  (cross-entropy's 4096x128256 bf16 logits, two reading phases) stay looped: 0.48, where
+  split_sync's short programs wait at two barriers each (0.24-0.33 over 4-32 slices);
 * full reductions: persistent in one program up to 32768 elements (one launch and no workspace:
   the mean over 32768 row losses takes 5.5 µs), else split across eight
   programs per multiprocessor in chunks of 2048 with 16 warps, combined by a second launch
@@ -48,7 +51,6 @@ SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
 FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs
-STRIDED_PROGRAMS = 8  # programs per multiprocessor a strided reduction is split to reach
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
 
 
@@ -102,13 +104,9 @@ def _rows(kernel: Kernel) -> TritonConfig:
     if _strided_reduction(kernel):
         rblock = min(next_pow2(row), 32) if row else 32
         xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
-        split = _strided_split(rows, row, xblock, rblock)
-        if split > 1:
-            return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.SPLIT_SYNC,
-                                SPLIT=split)
         strategy = Strategy.PERSISTENT if row is not None and row <= rblock else Strategy.LOOPED
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=strategy)
-    split = _row_split(rows, row)
+    split = _row_split(rows, row, _rereads(kernel))
     rblock = next_pow2(-(-row // split)) if split > 1 else 0
     if split > 1 and _nonempty(row, split, rblock) > 1:
         split = _nonempty(row, split, rblock)
@@ -123,26 +121,20 @@ def _rows(kernel: Kernel) -> TritonConfig:
     return TritonConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=16, strategy=Strategy.LOOPED)
 
 
-def _row_split(rows: int | None, row: int | None) -> int:
+def _rereads(kernel: Kernel) -> bool:
+    """True when a phase after the first stores elementwise results (reading the row again)."""
+    return any(s.phase > 0 for s in kernel.elem_stores)
+
+
+def _row_split(rows: int | None, row: int | None, rereads: bool) -> int:
     """Programs per row for split_sync (1: do not split; see the module docstring)."""
     if row is None:
         return 1
     sms = sm_count()
-    split = -(-row // SYNC_SLICE) if row > PERSISTENT_ROW else 1
+    split = -(-row // SYNC_SLICE) if row > PERSISTENT_ROW and rereads else 1
     if rows is not None and rows < sms and row >= FEW_ROWS_SPLIT:
         split = max(split, min(-(-2 * sms // rows), row // SPLIT_RBLOCK))
     return split if split <= sms else 1
-
-
-def _strided_split(rows: int | None, row: int | None, xblock: int, rblock: int) -> int:
-    """Programs per row block of a strided reduction (1: do not split)."""
-    if rows is None or row is None:
-        return 1
-    blocks, sms = -(-rows // xblock), sm_count()
-    if blocks >= STRIDED_PROGRAMS * sms:
-        return 1
-    split = min(next_pow2(-(-STRIDED_PROGRAMS * sms // blocks)), row // (8 * rblock), sms)
-    return _nonempty(row, split, rblock) if split > 1 else 1
 
 
 def _nonempty(row: int, split: int, rblock: int) -> int:
