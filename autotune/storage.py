@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from functools import lru_cache
 import optuna
 from optuna.storages._rdb import models as optuna_models
 from sqlalchemy import delete, event, make_url, select
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 log = logging.getLogger("loopnest.autotune")
 
@@ -40,10 +42,18 @@ def optuna_storage(url: str, heartbeat_s: int, grace_s: int) -> optuna.storages.
     """Optuna's RDB storage at ``url`` with heartbeats (its tables live beside the ``ln_`` ones)."""
     sqlite = make_url(url).get_backend_name() == "sqlite"
     kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}} if sqlite else {"pool_pre_ping": True}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
-                                             grace_period=grace_s)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # "experimental" heartbeats
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
+                                                     grace_period=grace_s)
+            break
+        except (IntegrityError, OperationalError, ProgrammingError) as exc:
+            # Another process created Optuna's tables at the same moment ("already exists"): they exist now.
+            if attempt == 2 or not isinstance(exc, IntegrityError) and "already exists" not in str(exc):
+                raise
+            time.sleep(0.1)
     if sqlite:
         event.listen(storage.engine, "connect", _sqlite_connect)
         event.listen(storage.engine, "begin", _sqlite_begin)

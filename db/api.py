@@ -166,8 +166,7 @@ class TuningDB:
         with self.session() as s:
             done = {"orphan_winners": _delete_orphans(s, Winner), "orphan_trials": _delete_orphans(s, Trial)}
             linked = select(Winner, Trial).outerjoin(Trial, Winner.trial_id == Trial.id)
-            unlinked = [w for w, t in s.execute(linked.where(Winner.trial_id.is_not(None)))
-                        if t is None or not _backs(t, w)]
+            unlinked = [w for w, t in s.execute(linked.where(Winner.trial_id.is_not(None))) if not _backs(t, w)]
             for w in unlinked:
                 w.trial_id = None
             done["unlinked_winners"] = len(unlinked)
@@ -182,8 +181,8 @@ class TuningDB:
         """Offer a measured winner of ``key``; return the winner stored afterwards.
 
         The stored winner is the best measured across every writer: the offer replaces the row of
-        ``key`` unless that row was measured with the same software, is not stale and is at least
-        as fast. The decision is taken in one transaction holding the row (``SELECT ... FOR UPDATE``
+        ``key`` unless that row was measured with the same software, is not stale, is at least as
+        fast, and its trial row (if it names one) still backs it. The decision is taken in one transaction holding the row (``SELECT ... FOR UPDATE``
         on PostgreSQL, the ``BEGIN IMMEDIATE`` write lock on SQLite), so concurrent sweeps of one
         key keep the fastest measurement, whichever writes last.
         """
@@ -327,8 +326,10 @@ def _delete_orphans(s: Session, model: type[Trial] | type[Winner], **ids: int) -
     return s.execute(stmt, execution_options={"synchronize_session": False}).rowcount
 
 
-def _backs(t: Trial, w: Winner) -> bool:
+def _backs(t: Trial | None, w: Winner) -> bool:
     """Whether trial ``t`` can back winner ``w``: an ok trial of the same key with the same config."""
+    if t is None:
+        return False
     same_key = (t.kernel_id, t.hardware_id, t.sizes_key, t.dtypes_key) == (
         w.kernel_id, w.hardware_id, w.sizes_key, w.dtypes_key)
     return same_key and t.state == TrialState.OK and t.config == w.config
@@ -418,7 +419,8 @@ def _offer_winner(s: Session, kernel_id: int, hardware_id: int, record: WinnerRe
                 return record
             continue  # a concurrent writer inserted the row first: decide against it, locked
         current = _winner_record(row, s.get_one(Kernel, kernel_id), s.get_one(Hardware, hardware_id))
-        if current is not None and not current.stale and current.software == record.software \
+        broken = row.trial_id is not None and not _backs(s.get(Trial, row.trial_id), row)  # its trial is gone
+        if current is not None and not broken and not current.stale and current.software == record.software \
                 and current.time_us <= record.time_us:
             return current
         _upsert_winner(s, kernel_id, hardware_id, record)
