@@ -164,11 +164,15 @@ def test_switch_turns_checks_off_in_code_and_cache_key():
     assert cc.library_path(checked, "g++") != cc.library_path(unchecked, "g++")
 
 
-def test_loop_invariant_check_is_hoisted_out_of_the_inner_loop():
+def test_checks_stay_out_of_inner_loops():
     """Cross-entropy reads x[row, target[row]]: the check runs once per row, before the loop over
-    the row; an embedding row's index is checked before the vectorized loop over its columns."""
+    the row; an embedding row's index is checked before the vectorized loop over its columns. An
+    index that varies inside a vectorized loop (an elementwise gather, a sum of gathered values)
+    is tracked by simd min/max reductions and tested after the loop: no branch inside it."""
+    full = (torch.randn(8, 64), torch.randint(0, 64, (8, 64)))
     for fn, args in ((OPS["cross_entropy"], (torch.randn(8, 64), torch.randint(0, 64, (8,)))),
-                     (OPS["embedding"], (torch.randn(10, 64), torch.randint(0, 10, (6,))))):
+                     (OPS["embedding"], (torch.randn(10, 64), torch.randint(0, 10, (6,)))),
+                     (lambda x, t: x.gather(1, t) * 2, full), (lambda x, t: x.gather(1, t).sum(1), full)):
         kernels, _ = _kernels(fn, *args)
         backend = CppBackend()
         sources = [backend.codegen(k, backend.default_config(k)) for k in kernels]
@@ -179,6 +183,33 @@ def test_loop_invariant_check_is_hoisted_out_of_the_inner_loop():
             fail = next(line for line in lines if "ln_fail(" in line)
             inner = max((line for line in lines if line.strip().startswith("for (")), key=_indent)
             assert _indent(fail) <= _indent(inner), source  # not inside the innermost loop
+            if fn is not OPS["cross_entropy"] and fn is not OPS["embedding"]:
+                assert "reduction(min:" in source and "reduction(max:" in source, source
+
+
+VARYING_SCRIPT = """
+import torch, loopnest as ln
+x = ln.placeholder("x", (4, 6), ln.float32)
+t = ln.placeholder("t", (4, 6), ln.int64)
+f = ln.compile([ln.gather(x, 1, t) * 2, ln.sum(ln.gather(x, 1, t), 1)])
+good = torch.randint(0, 6, (4, 6))
+for bad in ((2, 3, 9), (1, 0, -3)):
+    wrong = good.clone()
+    wrong[bad[0], bad[1]] = bad[2]
+    try:
+        f(torch.randn(4, 6), wrong)
+        print("no error")
+    except IndexError as e:
+        print(str(e))
+"""
+
+
+def test_index_checked_inside_a_vectorized_loop_reports_the_bad_value():
+    out = subprocess.run([sys.executable, "-c", VARYING_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("gather: index 9 is out of bounds for dimension 1 with size 6"), lines
+    assert lines[1].startswith("gather: index -3 is out of bounds for dimension 1 with size 6"), lines
 
 
 def _indent(line: str) -> int:

@@ -44,6 +44,30 @@ class ZeroDivision:
 ErrorSite = IndexCheck | ZeroDivision
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """An index check inside a vectorized loop: the loop tracks the least (``lo``) and greatest
+    (``hi``) raw index as simd reductions; one test after the loop reports the first of them that
+    is out of range (a real index of the input), with site ``code``."""
+
+    lo: str
+    hi: str
+    code: int
+    wrap: bool
+    bound: str
+
+    def declare(self) -> str:
+        return f"int64_t {self.lo} = INT64_MAX, {self.hi} = INT64_MIN;"
+
+    def clauses(self) -> str:
+        return f" reduction(min:{self.lo}) reduction(max:{self.hi})"
+
+    def test(self) -> str:
+        least = f"-({self.bound})" if self.wrap else "0"
+        return (f"if ({self.lo} < {least} || {self.hi} >= ({self.bound})) "
+                f"ln_fail(ln_err, {self.code}, {self.lo} < {least} ? {self.lo} : {self.hi}, {self.bound});")
+
+
 def is_int_division(e) -> bool:
     """Whether ``e`` divides integers (a zero divisor is an error, as in eager on the CPU)."""
     return isinstance(e, Apply) and e.op in INT_DIVISIONS and e.dtype.is_int and not e.dtype.is_bool

@@ -17,7 +17,7 @@ from ...scheduler.kernel import Kernel, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from .accumulators import Accumulator
-from .checks import ErrorSite, ZeroDivision, error_sites, is_int_division
+from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
 
@@ -47,6 +47,7 @@ class CppEmitter(ExprEmitter):
         self.kernel = kernel
         self.accs = accs
         self.sites = sites
+        self.deferred: list[Deferred] | None = None  # a list: check varying indices after the loop
         self.indirect: dict[Indirect, str] = {}
         self.guards: dict[Indirect, str] = {}  # checked indices whose failure must skip the load
         self.index = IndexPrinter(self._atom)
@@ -71,24 +72,32 @@ class CppEmitter(ExprEmitter):
 
     def _indirect(self, a: Indirect) -> str:
         """``int64_t ix = value``, wrapped from the end where the op allows it, and checked: an
-        index out of range records the error and reads position 0 instead."""
+        index out of range records the error and reads position 0 instead. Inside a vectorized
+        loop (``deferred``) the check only tracks the least and greatest index, tested after the
+        loop (``Deferred``): a branch to ``ln_fail`` would keep the loop from vectorizing."""
         value = self.emit(a.value)
         name = self.fresh("ix")
         bound = self.index(a.bound)
-        self.lines.append(f"{self.indent}int64_t {name} = {value};")
-        check = a.check
+        ind, check = self.indent, a.check
+        checked = check is not None and check in self.sites
+        self.lines.append(f"{ind}int64_t {name} = {value};")
+        if checked and self.deferred is not None:
+            lo, hi = self.fresh("lo"), self.fresh("hi")
+            self.deferred.append(Deferred(lo, hi, self.sites.index(check) + 1, check.wrap, bound))
+            self.lines.append(f"{ind}{lo} = std::min({lo}, {name}); {hi} = std::max({hi}, {name});")
         if check is not None and check.wrap:
-            self.lines.append(f"{self.indent}if ({name} < 0) {name} += {bound};")
-        if check is not None and check in self.sites:
-            bad = f"(uint64_t){name} >= (uint64_t)({bound})"
-            if a.bound.as_int() is None or a.bound.as_int() < 1:
-                ok = self.fresh("ok")  # the dimension may be empty: no position is safe to read
-                self.lines.append(f"{self.indent}const bool {ok} = !({bad});")
-                self.guards[a] = ok
-                bad = f"!{ok}"
+            self.lines.append(f"{ind}if ({name} < 0) {name} += {bound};")
+        if not checked:
+            return name
+        ok = self.fresh("ok")
+        self.lines.append(f"{ind}const bool {ok} = (uint64_t){name} < (uint64_t)({bound});")
+        if a.bound.as_int() is None or a.bound.as_int() < 1:
+            self.guards[a] = ok  # the dimension may be empty: no position is safe to read
+        if self.deferred is not None:
+            self.lines.append(f"{ind}{name} = {ok} ? {name} : 0;")
+        else:
             code = self.sites.index(check) + 1
-            self.lines.append(f"{self.indent}if ({bad}) {{ ln_fail(ln_err, {code}, {value}, {bound}); "
-                              f"{name} = 0; }}")
+            self.lines.append(f"{ind}if (!{ok}) {{ ln_fail(ln_err, {code}, {value}, {bound}); {name} = 0; }}")
         return name
 
     def offset(self, buffer: str, index: tuple[Index, ...]) -> str:
@@ -263,22 +272,30 @@ class KernelWriter:
     # -- pointwise --------------------------------------------------------------------------------
     def pointwise(self) -> None:
         pv = self.k.pvars()
+        outer, pre = "  ", None
+        if len(pv) > 1:
+            self.parallel_for(len(pv) - 1)
+            outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
+            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        pragma_at = len(self.lines)
         if len(pv) == 1:
             self.out("  ", f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
-            self.parallel_for(len(pv) - 1)
-            outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
-            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
             body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")
         else:
             body = "  "
         em = self.emitter(body, {})
-        if len(pv) > 1:
+        if pre is not None:
             em.inherit(pre)
+        if pv:
+            em.deferred = []
         for s in self.k.elem_stores:
             em.store(s.buffer, s.index, s.value)
-        self.close_loops(len(pv), body)
+        if pv:
+            self.close_loops(1, body)
+            self.finish_deferred(em.deferred, pragma_at, outer)
+        self.close_loops(len(pv) - 1, outer)
 
     # -- reductions: shared pieces -------------------------------------------------------------------
     def accumulators(self, index: str = "", prefix: str = "acc") -> dict[str, Accumulator]:
@@ -290,22 +307,33 @@ class KernelWriter:
         return mine, stores
 
     def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False,
-             pre: CppEmitter | None = None) -> None:
+             pre: CppEmitter | None = None, deferred: list[Deferred] | None = None) -> None:
         """Update this phase's accumulators and do its element stores at the current point.
 
         ``per_row``: the loop runs over the reduced dims of one row, so values that read no
         reduced variable are loop-invariant. ``pre``: the emitter that computed the loop-invariant
-        indirect positions before the loop.
+        indirect positions before the loop. ``deferred``: the loop is vectorized, so index checks
+        are collected here and finished after it (``finish_deferred``).
         """
         em = self.emitter(indent, accs)
         if pre is not None:
             em.inherit(pre)
         if per_row:
             em.varying = frozenset(as_var(v) for v in self.k.rvars())
+        em.deferred = deferred
         for a in mine:
             self.out(indent, *a.update(em.emit(a.r.body), position))
         for s in stores:
             em.store(s.buffer, s.index, s.value)
+
+    def finish_deferred(self, deferred: list[Deferred] | None, pragma_at: int, indent: str) -> None:
+        """Complete the checks deferred inside the vectorized loop whose pragma is line
+        ``pragma_at``: their accumulators declared before it, reduced by it, tested after it."""
+        if not deferred:
+            return
+        self.out(indent, *(d.test() for d in deferred))
+        self.lines[pragma_at] += "".join(d.clauses() for d in deferred)
+        self.lines[pragma_at:pragma_at] = [indent + d.declare() for d in deferred]
 
     @staticmethod
     def phase_exprs(mine, stores) -> list[Expr]:
@@ -358,12 +386,14 @@ class KernelWriter:
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
+        pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
         self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
         inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
-        self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre)
+        self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)
+        self.finish_deferred(deferred, pragma_at, indent)
         for a in mine:
             self.out(indent, *a.finish())
         return {a.r.name: a for a in mine}
