@@ -37,11 +37,15 @@ def unvectorized_simd_loops(outputs, inputs, tmp_path) -> list[str]:
     return [lines[n] for n in simd if not done & {n, n + 1, n + 2}]
 
 
-@pytest.mark.parametrize("case", ["bf16_gelu", "softmax", "bf16_rmsnorm"])
+@pytest.mark.parametrize("case", ["bf16_gelu", "bf16_silu", "softmax", "bf16_rmsnorm"])
 def test_kernels_vectorize_for_avx512(case, tmp_path):
     if case == "bf16_gelu":
         x, b = ln.placeholder("x", (64, 96), ln.bfloat16), ln.placeholder("b", (96,), ln.bfloat16)
         outputs, inputs = [bf16_tanh_gelu(x, b)], [x, b]
+    elif case == "bf16_silu":  # a vecmath call and bf16 rounding in one loop
+        x = ln.placeholder("x", (64, 96), ln.bfloat16)
+        xf = ln.cast(x, ln.float32)
+        outputs, inputs = [ln.cast(xf * ln.sigmoid(xf), ln.bfloat16)], [x]
     elif case == "softmax":
         x = ln.placeholder("x", (64, 96), ln.float32)
         outputs, inputs = [softmax(x)], [x]

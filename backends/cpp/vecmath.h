@@ -169,9 +169,11 @@ template <class V> static inline V sigmoid_(V x) {
 
 #define LN_VECMATH_HIDDEN __attribute__((visibility("hidden")))
 // The scalar symbol is an assembler alias of the scalar instantiation: a C definition of a
-// simd-declared function would make g++ generate (auto-vectorized) clones of its own.
+// simd-declared function would make g++ generate (auto-vectorized) clones of its own. `const`
+// tells g++ the call reads and writes no memory: without it a loop calling one of these and also
+// holding a ?: (bf16 rounding) was not if-converted, and stayed scalar.
 #define LN_VECMATH_SCALAR(name, impl)                                                          \
-  extern "C" LN_VECMATH_HIDDEN __attribute__((simd("notinbranch"))) float name(float);        \
+  extern "C" LN_VECMATH_HIDDEN __attribute__((simd("notinbranch"), const, nothrow)) float name(float); \
   extern "C" LN_VECMATH_HIDDEN float name##_1(float x) { return lnv::impl(x); }               \
   asm(".globl " #name "\n.hidden " #name "\n.set " #name ", " #name "_1");
 #define LN_VECMATH_VARIANT(name, impl, tag, V) \
