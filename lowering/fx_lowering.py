@@ -198,11 +198,14 @@ class FxLowering:
         if not isinstance(dst, Tensor) or not isinstance(dst.src, PlaceholderSrc):
             raise LoweringError(f"{node.format_node()}: copy_ into a non-input tensor")
         carrier = self.carried.get(dst.id)
-        if carrier is not None and (not isinstance(src, Tensor) or self.carried.get(src.id) is not carrier):
+        src_carrier = self.carried.get(src.id) if isinstance(src, Tensor) else None
+        if carrier is not None and getattr(src_carrier, "dtype", None) != carrier.dtype:
             raise LoweringError(f"{node.format_node()}: copy_ of a {getattr(src, 'dtype', type(src).__name__)} "
                                 f"value into a {carrier.dtype} input is not supported; copy a "
                                 f"{carrier.dtype} tensor into it")
         value = dslf.broadcast_to(dslf.cast(src, dst.dtype), dst.shape) if isinstance(src, Tensor) else src
+        if src_carrier is not None:
+            self.carried[value.id] = src_carrier
         position = next(i.position for i in self.tensor_inputs if i.tensor is dst)
         self.mutations.append((position, value))
         return value

@@ -79,15 +79,17 @@ def test_explain_names_the_complex_fallback_and_why():
     assert explanation.num_kernels >= 1  # the real part (sum, exp) still runs in a kernel
 
 
-def test_complex_input_mutation_matches_eager():
-    def f(z, x):
-        z.mul_(x + 1j)
+@pytest.mark.parametrize("mutate", [lambda z, w, x: z.mul_(x + 1j), lambda z, w, x: z.copy_(w.conj())],
+                         ids=["mul_", "copy_conj"])
+def test_complex_input_mutation_matches_eager(mutate):
+    def f(z, w, x):
+        mutate(z, w, x)
         return z.abs() * x
 
-    z, x = torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4)
+    z, w, x = torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4)
     want_z, got_z = z.clone(), z.clone()
-    want = f(want_z, x)
-    got = _compiled(f)(got_z, x)
+    want = f(want_z, w, x)
+    got = _compiled(f)(got_z, w, x)
     assert_close(got, want, "result")
     torch.testing.assert_close(got_z, want_z, rtol=1e-5, atol=1e-5)
 
