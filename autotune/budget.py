@@ -25,6 +25,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState as OptunaState
 from sqlalchemy import make_url, text
 
+from ..db.api import DatabaseUnavailable
+
 BUDGET_ATTR = "ln_budget"        # user attribute: the software tag whose budget the trial spends
 INTERRUPTED_ATTR = "interrupted"  # user attribute of a trial whose measurement was cut short
 _PG_NAMESPACE = 0x6C6E5F62       # "ln_b": first key of pg_advisory_xact_lock(namespace, study id)
@@ -87,5 +89,13 @@ def study_lock(study: optuna.Study) -> Iterator[None]:
             yield
         return
     path = Path(database).expanduser().resolve()
-    with filelock.FileLock(str(path.with_name(f".{path.name}-study-{study_id}.lock"))):
+    lock = filelock.FileLock(str(path.with_name(f".{path.name}-study-{study_id}.lock")))
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create the lock file {lock.lock_file} beside the tuning DB: "
+                                  f"{exc.strerror}; the folder of a SQLite tuning DB must be writable") from None
+    try:
         yield
+    finally:
+        lock.release()
