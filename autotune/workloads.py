@@ -133,7 +133,7 @@ def _rows_wb(rows, cols, gen):
 
 def _sizes(gpu, cpu, tiny=(64, 96), cache=None) -> dict[str, tuple[int, int]]:
     """Sizes by class; ``cache`` defaults to the CPU rows / 16 (2-8 MB for the CPU sizes here)."""
-    cache = cache or (max(1, cpu[0] // 16), cpu[1])
+    cache = cache or (max(1, cpu[0] // 16), cpu[1])  # tests/test_workload_sizes.py checks 2-8 MB
     return {"gpu": gpu, "cpu": cpu, "cache": cache, "tiny": tiny}
 
 
@@ -200,7 +200,8 @@ def _attn_inputs(rows, cols, gen):
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("gelu_scale_bias", gelu_scale_bias, _rows_wb, _sizes((32768, 8192), (8192, 4096), cache=(256, 4096)), "gelu(x*s+b)"),
+    Workload("gelu_scale_bias", gelu_scale_bias, _rows_wb, _sizes((32768, 8192), (8192, 4096), cache=(256, 4096)),
+             "gelu(x*s+b)"),
     Workload("softmax", softmax, _rows, _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)), "softmax(x, -1)"),
     Workload("layernorm", layernorm, _rows_wb, _sizes((32768, 4096), (8192, 2048), cache=(512, 2048)),
              "layer_norm(x, (C,), w, b)"),
@@ -222,7 +223,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("bias_gelu_bf16", bias_gelu_bf16,
              lambda r, c, g: (_randn(g, r, c, dtype=torch.bfloat16), _randn(g, c, dtype=torch.bfloat16)),
              _sizes((8192, 16384), (4096, 4096), cache=(512, 4096)), "gelu(x+b, approximate='tanh'), bf16"),
-    Workload("attn_softmax", attn_softmax, _attn_inputs, _sizes((32 * 2048, 2048), (8 * 1024, 1024), (2 * 48, 48), (4 * 512, 512)),
+    Workload("attn_softmax", attn_softmax, _attn_inputs,
+             _sizes((32 * 2048, 2048), (8 * 1024, 1024), (2 * 48, 48), (4 * 512, 512)),
              "softmax(scores*0.125 + causal_mask, -1) over heads x queries x keys"),
     Workload("swiglu", swiglu, lambda r, c, g: (_randn(g, r, c), _randn(g, r, c)),
              _sizes((32768, 8192), (8192, 4096), cache=(128, 4096)), "silu(g) * a"),
@@ -257,23 +259,25 @@ def _norm_bf16(rows, cols, gen):
 
 LLAMA3_VOCAB = 128256
 WORKLOADS.update({w.name: w for w in [
-    Workload("wide_softmax", softmax, _rows, _sizes((1024, 131072), (64, 131072), (4, 36000)),
+    Workload("wide_softmax", softmax, _rows, _sizes((1024, 131072), (64, 131072), (4, 36000), cache=(8, 131072)),
              "softmax(x, -1) over rows longer than one SM holds"),
     Workload("ce_vocab_bf16", cross_entropy_bf16, _logits_bf16,
-             _sizes((4096, LLAMA3_VOCAB), (256, LLAMA3_VOCAB), (6, 35000)),
+             _sizes((4096, LLAMA3_VOCAB), (256, LLAMA3_VOCAB), (6, 35000), cache=(16, LLAMA3_VOCAB)),
              "cross_entropy(logits.float(), target), bf16 logits over the Llama-3 vocabulary"),
-    Workload("few_rows_logsoftmax", log_softmax, _rows, _sizes((128, 262144), (16, 262144), (3, 40000)),
+    Workload("few_rows_logsoftmax", log_softmax, _rows,
+             _sizes((128, 262144), (16, 262144), (3, 40000), cache=(4, 262144)),
              "log_softmax(x, -1) over fewer rows than SMs"),
     Workload("mean_mid", mean_mid, lambda r, c, g: (_randn(g, r, 4 * c, c),),
-             _sizes((32, 512), (16, 256), (3, 24)), "x.mean(1) on (rows, 4*cols, cols): the middle dim"),
-    Workload("layernorm_train", layernorm, _rows_wb, _sizes((32768, 4096), (4096, 2048)),
+             _sizes((32, 512), (16, 256), (3, 24), cache=(4, 256)),
+             "x.mean(1) on (rows, 4*cols, cols): the middle dim"),
+    Workload("layernorm_train", layernorm, _rows_wb, _sizes((32768, 4096), (4096, 2048), cache=(512, 2048)),
              "layer_norm forward + backward (grads of x, w, b)", passes=5),
-    Workload("rmsnorm_train_bf16", rmsnorm_bf16, _norm_bf16, _sizes((32768, 4096), (4096, 2048)),
+    Workload("rmsnorm_train_bf16", rmsnorm_bf16, _norm_bf16, _sizes((32768, 4096), (4096, 2048), cache=(1024, 2048)),
              "rmsnorm_bf16 forward + backward (grads of x, w)", passes=5),
-    Workload("softmax_train", softmax, _rows, _sizes((32768, 4096), (4096, 2048)),
+    Workload("softmax_train", softmax, _rows, _sizes((32768, 4096), (4096, 2048), cache=(512, 2048)),
              "softmax(x, -1) forward + backward (grad of x)", passes=5),
     Workload("ce_train_bf16", cross_entropy_bf16, _logits_bf16,
-             _sizes((4096, LLAMA3_VOCAB), (256, LLAMA3_VOCAB), (6, 35000)),
+             _sizes((4096, LLAMA3_VOCAB), (256, LLAMA3_VOCAB), (6, 35000), cache=(16, LLAMA3_VOCAB)),
              "cross_entropy(logits.float(), target) forward + backward (grad of the bf16 logits)", passes=3),
 ]})
 NEW_ROWS = ("wide_softmax", "ce_vocab_bf16", "few_rows_logsoftmax", "mean_mid")
