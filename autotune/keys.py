@@ -21,8 +21,12 @@ from ..ir.nodes import Buffer, Layout
 from ..ir.ops import Op
 from ..scheduler.kernel import Kernel, signature
 
-# Float arithmetic on two constants, as Python evaluates it when the DSL folds integer sizes.
+# Float arithmetic on two constants, as Python evaluates it when the DSL folds integer sizes, and
+# comparisons (``n > 0`` guards a reduction over a possibly empty dim).
 _FOLD = {Op.ADD: operator.add, Op.SUB: operator.sub, Op.MUL: operator.mul}
+_COMPARE = {Op.EQ: operator.eq, Op.NE: operator.ne, Op.LT: operator.lt, Op.LE: operator.le,
+            Op.GT: operator.gt, Op.GE: operator.ge}
+_FOLDABLE = {Op.CAST, Op.WHERE, *_FOLD, *_COMPARE}
 _HASHES: "weakref.WeakKeyDictionary[Kernel, dict[tuple, str]]" = weakref.WeakKeyDictionary()
 
 
@@ -120,17 +124,22 @@ def _with_indirect_bounds(node: Load, mapping: Mapping, visit) -> Load:
 
 
 def _fold_sizes(node: Expr, visit) -> Expr | None:
-    """Fold what specialization made constant: a size read as a value (``index(2048)``), its casts
-    and float arithmetic on it (``n - correction``), as the DSL folds integer sizes at trace time.
-    Constants that were already in the kernel stay as they are."""
+    """Fold what specialization made constant: a size read as a value (``index(2048)``), its casts,
+    float arithmetic on it (``n - correction``), comparisons (``n > 0``) and the branch they
+    select, as the DSL folds integer sizes at trace time. Constants that were already in the
+    kernel stay as they are."""
     if isinstance(node, IndexValue):
         value = node.index.as_int()
         return None if value is None else Const(value, node.dtype)
-    if not isinstance(node, Apply) or (node.op is not Op.CAST and node.op not in _FOLD):
+    if not isinstance(node, Apply) or node.op not in _FOLDABLE:
         return None
     args = tuple(visit(a) for a in node.args)
     made = any(new is not old for new, old in zip(args, node.args))
+    if node.op is Op.WHERE and isinstance(args[0], Const) and args[0] is not node.args[0]:
+        return args[1] if args[0].value else args[2]
     if made and all(isinstance(a, Const) for a in args):
+        if node.op in _COMPARE:
+            return Const(bool(_COMPARE[node.op](args[0].value, args[1].value)), node.dtype)
         values = [a.value for a in args]
         if node.op is Op.CAST and node.dtype.is_float and not isinstance(values[0], bool):
             return Const(float(values[0]), node.dtype)
