@@ -92,3 +92,20 @@ def test_integer_division_by_zero_does_not_crash_triton():
         got = ln.compile(apply(op, x, y), backend="triton")(a, b)
         keep = b != 0
         assert torch.equal(got[keep], fn(a[keep], b[keep]))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_signed_overflow_wraps_as_in_eager(dtype):
+    """Signed overflow is undefined in C++: g++ used it to fold ``(x * y) // y`` to ``x`` (found by
+    the fuzz test: INT_MIN * 9 // 9 gave INT_MIN where eager gives -238609295). Kernels are built
+    with -fwrapv, so products, sums and their reductions wrap as eager's do."""
+    lo, hi = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    x = torch.tensor([[lo, hi, -23, 7], [hi, hi, lo, lo]], dtype=dtype)
+    y = torch.tensor([9, 3, -37, 2], dtype=dtype)
+
+    def f(x, y):
+        return ((x * y) // y).abs(), (x + y) - y, (x * y).sum(0, dtype=dtype), x.sum(1, dtype=dtype) * 3
+
+    compiled = torch.compile(f, backend="loopnest", options={"backend": "cpp", "tune": "off"})
+    for got, want in zip(compiled(x, y), f(x, y)):
+        assert torch.equal(got, want), (got, want)

@@ -23,7 +23,7 @@ log = logging.getLogger("loopnest")
 # hardware fingerprint's), so a cache directory shared between hosts never serves a library built
 # for another ISA. -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no
 # -ffast-math).
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno") + (
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fwrapv") + (
     ("-lmvec",) if has_libmvec() else ())
 
 
