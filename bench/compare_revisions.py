@@ -27,12 +27,12 @@ try:
 except ImportError:  # revisions before loopnest.api
     from loopnest.lowering.dynamo import loopnest_backend
 from loopnest.autotune.workloads import WORKLOADS
-device, names, runs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+device, names, runs, size = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4]
 options = {"backend": "triton" if device == "cuda" else "cpp", "tune": "off"}
 out = {}
 for name in names:
     w = WORKLOADS[name]
-    args = w.inputs("gpu" if device == "cuda" else "cpu", device=device)
+    args = w.inputs(size or ("gpu" if device == "cuda" else "cpu"), device=device)
     fn = torch.compile(w.fn, backend=loopnest_backend, options=options)
     fn(*args)
     if device == "cuda":
@@ -48,9 +48,10 @@ print(json.dumps(out))
 """
 
 
-def run_checkout(path: Path | None, device: str, names: list[str], runs: int) -> dict[str, float]:
-    """Median ms per workload, in a new process importing loopnest from ``path`` (None: this one)."""
-    return run_in_checkout(CHILD, [device, ",".join(names), runs], path, MALLOC)
+def run_checkout(path: Path | None, device: str, names: list[str], runs: int, size: str) -> dict[str, float]:
+    """Median ms per workload, in a new process importing loopnest from ``path`` (None: this one);
+    ``size``: the inputs' size class ("": the device's)."""
+    return run_in_checkout(CHILD, [device, ",".join(names), runs, size], path, MALLOC)
 
 
 def main() -> None:
@@ -62,13 +63,15 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=15, help="timed calls per workload per round (CPU)")
+    parser.add_argument("--size", default="", help="size class of the inputs (default: cpu or gpu, by --device)")
     opts = parser.parse_args()
     times: dict[str, dict[str, list[float]]] = {"other": {}, "this": {}}
     for _ in range(opts.rounds):
         for label, path in (("other", opts.other), ("this", None)):
-            for name, ms in run_checkout(path, opts.device, opts.workloads, opts.runs).items():
+            for name, ms in run_checkout(path, opts.device, opts.workloads, opts.runs, opts.size).items():
                 times[label].setdefault(name, []).append(ms)
-    print(f"| workload | other ms | this ms | this / other |  ({opts.device}, {opts.rounds} rounds)")
+    print(f"| workload | other ms | this ms | this / other |  ({opts.device}, {opts.size or 'default'} sizes, "
+          f"{opts.rounds} rounds)")
     print("|---|---|---|---|")
     ratios = []
     for name in opts.workloads:

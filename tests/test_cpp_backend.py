@@ -13,7 +13,7 @@ import torch
 import loopnest as ln
 from loopnest.backends.cpp import compile as cc
 from loopnest.backends.cpp.backend import CppBackend
-from test_backends import kernels_of, softmax
+from test_backends import kernels_of, layernorm, softmax
 
 SOFTMAX_PROGRAM = textwrap.dedent("""
     import torch, loopnest as ln
@@ -73,6 +73,45 @@ def test_generated_code_is_parallel_and_vectorizable():
     assert "#pragma omp simd reduction(+:acc1)" in src
     assert "__restrict__" in src
     assert "x[p0*128 + r0]" in src
+
+
+def test_softmax_computes_exp_once_per_element():
+    """Phase 1 stores exp(x - max) into the output as it sums it; phase 2 rescales it in place."""
+    x = ln.placeholder("x", (32, 200), ln.float32)
+    (kernel,) = kernels_of([softmax(x)], [x], "softmax")
+    src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
+    assert src.count("expf(") == 1, src
+    a = torch.randn(32, 200) * 30
+    a[3, 7] = float("nan")
+    a[5] = float("-inf")
+    torch.testing.assert_close(ln.compile(softmax(x), backend="cpp")(a), torch.softmax(a, -1), equal_nan=True)
+
+
+def test_exp_is_computed_again_where_storing_it_would_round_it():
+    """A bf16 output would round the stored exp before the rescale: that kernel keeps two exps."""
+    x = ln.placeholder("x", (8, 64), ln.float32)
+    out = ln.cast(softmax(x), ln.bfloat16)
+    (kernel,) = kernels_of([out], [x], "k")
+    assert CppBackend().codegen(kernel, CppBackend().default_config(kernel)).count("expf(") == 2
+    a = torch.randn(8, 64) * 5
+    torch.testing.assert_close(ln.compile(out, backend="cpp")(a), torch.softmax(a, -1).bfloat16())
+
+
+def test_welford_rows_multiply_by_one_reciprocal_per_chunk():
+    """The lanes of a chunk have all seen as many elements: no division per element; the variance
+    of rows far from zero (where a naive sum of squares cancels) stays exact to float32."""
+    x = ln.placeholder("x", (16, 1000), ln.float32)
+    w = ln.placeholder("w", (1000,), ln.float32)
+    b = ln.placeholder("b", (1000,), ln.float32)
+    (kernel,) = kernels_of([layernorm(x, w, b)], [x, w, b], "layernorm")
+    src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
+    assert "d_ / " not in src and "d_ * ((float)1 / " in src
+    a = torch.randn(16, 1000) + 1e4
+    var, mean = ln.var_mean(x, -1, correction=0)
+    got_var, got_mean = ln.compile([var, mean], backend="cpp")(a)
+    want_var, want_mean = torch.var_mean(a.double(), -1, correction=0)
+    torch.testing.assert_close(got_mean.double(), want_mean, rtol=1e-6, atol=0)
+    torch.testing.assert_close(got_var.double(), want_var, rtol=2e-3, atol=0)
 
 
 def test_full_reduction_uses_thread_partials():

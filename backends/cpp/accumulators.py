@@ -83,8 +83,11 @@ class Accumulator:
             return None
         return [f"reduction({_COMBINE[c.combine][2]}:{self.var}{c.suffix})" for c in self.state()]
 
-    def update(self, value: str, position: str) -> list[str]:
-        """Fold ``value`` (the element at flat reduction ``position``) into the state."""
+    def update(self, value: str, position: str, count: str | None = None) -> list[str]:
+        """Fold ``value`` (the element at flat reduction ``position``) into the state. ``count``:
+        how many elements the state holds with this one, when that is the same for every lane of
+        the vectorized loop (Welford's mean then multiplies by one reciprocal per loop instead of
+        dividing per element)."""
         joint, t = self.spec.joint, self.ty
         if joint is None:
             return [_COMBINE[c.combine][0].format(a=self.ref(c.suffix), t=self.ctype(c),
@@ -95,7 +98,8 @@ class Accumulator:
             nan = f" || (({value}) != ({value}) && {val} == {val})" if self.is_float else ""
             return [f"if ({idx} < 0 || ({value}) {cmp} {val}{nan}) {{ {val} = {value}; {idx} = {position}; }}"]
         mean, m2, n = self.ref("_mean"), self.ref("_m2"), self.ref("_n")
-        return [f"{{ {t} x_ = {value}; {n} += 1; {t} d_ = x_ - {mean}; {mean} += d_ / {n}; "
+        step = f"d_ / {n}" if count is None else f"d_ * (({t})1 / ({t})({count}))"
+        return [f"{{ {t} x_ = {value}; {n} += 1; {t} d_ = x_ - {mean}; {mean} += {step}; "
                 f"{m2} += d_ * (x_ - {mean}); }}"]
 
     def combine(self, other: "Accumulator", other_index: str | None = None) -> list[str]:

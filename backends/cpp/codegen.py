@@ -13,13 +13,14 @@ import itertools
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, loads, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
-from ...scheduler.kernel import Kernel, signature
+from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from .accumulators import Accumulator
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
+from .reuse import reuse_stored_values
 
 
 # Elements (rows x reduced elements) below which a kernel runs on one thread.
@@ -165,8 +166,11 @@ class CppEmitter(ExprEmitter):
 
 def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> str:
     """The C++ function for ``kernel`` under ``config``; ``index_checks``: check indirect indices
-    (``LOOPNEST_INDEX_CHECKS``)."""
-    return KernelWriter(kernel, config, index_checks).write()
+    (``LOOPNEST_INDEX_CHECKS``). Row kernels store what a later phase would compute again
+    (``reuse.py``); the arguments stay in ``kernel``'s signature order."""
+    rows = kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel)
+    written = reuse_stored_values(kernel) if rows else kernel
+    return KernelWriter(written, config, index_checks, signature(kernel)).write()
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:
@@ -191,8 +195,10 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
 class KernelWriter:
     """Writes one kernel: pointwise, rows, columns or a full (split) reduction."""
 
-    def __init__(self, kernel: Kernel, config: CppConfig, index_checks: bool = True):
+    def __init__(self, kernel: Kernel, config: CppConfig, index_checks: bool = True,
+                 sig: KernelSignature | None = None):
         self.k = kernel
+        self.sig = signature(kernel) if sig is None else sig
         self.cfg = config
         self.sites = error_sites(kernel, index_checks)
         self.lines: list[str] = []
@@ -222,7 +228,7 @@ class KernelWriter:
         self.lines.extend(indent + s for s in stmts)
 
     def write(self) -> str:
-        k, sig = self.k, signature(self.k)
+        k, sig = self.k, self.sig
         self.lines.append(f'extern "C" void {kernel_symbol(k)}(void** args, const int64_t* syms, int64_t* ln_err) {{')
         for n, name in enumerate(sig.buffers):
             ty = STORAGE[k.buffers[name].dtype]
@@ -307,13 +313,15 @@ class KernelWriter:
         return mine, stores
 
     def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False,
-             pre: CppEmitter | None = None, deferred: list[Deferred] | None = None) -> None:
+             pre: CppEmitter | None = None, deferred: list[Deferred] | None = None,
+             count: str | None = None) -> None:
         """Update this phase's accumulators and do its element stores at the current point.
 
         ``per_row``: the loop runs over the reduced dims of one row, so values that read no
         reduced variable are loop-invariant. ``pre``: the emitter that computed the loop-invariant
         indirect positions before the loop. ``deferred``: the loop is vectorized, so index checks
-        are collected here and finished after it (``finish_deferred``).
+        are collected here and finished after it (``finish_deferred``). ``count``: the elements
+        each lane state holds after this point, the same for all lanes (``Accumulator.update``).
         """
         em = self.emitter(indent, accs)
         if pre is not None:
@@ -322,7 +330,7 @@ class KernelWriter:
             em.varying = frozenset(as_var(v) for v in self.k.rvars())
         em.deferred = deferred
         for a in mine:
-            self.out(indent, *a.update(em.emit(a.r.body), position))
+            self.out(indent, *a.update(em.emit(a.r.body), position, count))
         for s in stores:
             em.store(s.buffer, s.index, s.value)
 
@@ -412,7 +420,8 @@ class KernelWriter:
                  "  #pragma omp simd",
                  "  for (int64_t j = 0; j < w_; ++j) {",
                  f"    const int64_t {r0} = rc_ + j;")
-        self.body(indent + "    ", accs, mine, stores, r0, per_row=True, pre=pre)
+        self.body(indent + "    ", accs, mine, stores, r0, per_row=True, pre=pre,
+                  count=f"(rc_ - ({lo})) / {lanes} + 1")  # every lane of a chunk has seen as many
         self.out(indent, "  }", "}")
         first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in mine}
         for a in mine:
@@ -441,7 +450,7 @@ class KernelWriter:
             inner = self.open_loops(rv, self.k.rdomain, indent)
             self.out(inner, "#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {",
                      f"  const int64_t {last} = pc_ + j;")
-            self.body(inner + "  ", accs, mine, stores, self.flat_r())
+            self.body(inner + "  ", accs, mine, stores, self.flat_r(), count=f"{self.flat_r()} + 1")
             self.out(inner, "}")
             self.close_loops(len(rv), inner)
             finish = [x for a in mine for x in a.finish()]

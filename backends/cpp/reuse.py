@@ -1,0 +1,76 @@
+"""Values a later phase of a row kernel would compute again, stored by the phase that computes them.
+
+A softmax row kernel computes ``exp(x - max)`` for its sum in phase 1 and again for its output in
+phase 2. When an output store of a later phase holds a transcendental subexpression that an
+earlier phase's reduction computes, and the output has that value's dtype, the earlier phase
+also stores the value into the output and the later phase reads it back: one transcendental per
+element instead of two. The row is still in L1/L2 when the later phase reads it (a 2048-float row
+is 8 KB), so the reload costs far less than the exp, log or erf it replaces.
+
+Only exact rewrites are made: the value is stored at the same point it is read back (the store's
+index is every loop variable once, so each point of the row has its own element), in its own
+dtype (a bf16 output would round it), into a buffer the kernel never reads otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...ir.expr import Apply, Expr, Load, rewrite, walk
+from ...ir.index import lone_atom
+from ...ir.nodes import KStore
+from ...scheduler.kernel import Kernel
+from .ops import LIBM
+
+
+def reuse_stored_values(kernel: Kernel) -> Kernel:
+    """``kernel`` with each later-phase recomputation replaced by a reload (see the module docstring);
+    ``kernel`` itself when nothing is worth it."""
+    if not kernel.pdomain or not kernel.reductions:
+        return kernel
+    loop_vars = {lone_atom(v) for v in kernel.pvars() + kernel.rvars()}
+    read = set(kernel.inputs)
+    computed = _computed_by_phase(kernel)
+    stores, changed = [], False
+    for s in kernel.elem_stores:
+        value = _reusable(s, kernel, computed, loop_vars, read)
+        if value is None:
+            stores.append(s)
+            continue
+        early, phase = value
+        reload = Load(s.buffer, s.index, early.dtype)
+        stores.append(KStore(s.buffer, s.index, early, phase))
+        stores.append(replace(s, value=rewrite(s.value, lambda n, _: reload if n is early else None)))
+        read.add(s.buffer)
+        changed = True
+    return replace(kernel, elem_stores=stores) if changed else kernel
+
+
+def _computed_by_phase(kernel: Kernel) -> list[set[Expr]]:
+    """The subexpressions holding a transcendental op that each phase's reductions compute."""
+    phases: list[set[Expr]] = [set() for _ in range(kernel.num_phases)]
+    for r in kernel.reductions:
+        costly = phases[r.level]
+        for n in walk(r.body):  # children first
+            if (isinstance(n, Apply) and n.op in LIBM) or any(c in costly for c in n.children()):
+                costly.add(n)
+    return phases
+
+
+def _reusable(s: KStore, kernel: Kernel, computed: list[set[Expr]], loop_vars: set, read: set[str]):
+    """(the largest subexpression of ``s``'s value an earlier phase computes, that phase), or None."""
+    if s.phase == 0 or s.buffer in read or sum(t.buffer == s.buffer for t in kernel.elem_stores) != 1:
+        return None
+    atoms = [lone_atom(i) for i in s.index]
+    if set(atoms) != loop_vars or len(atoms) != len(loop_vars):
+        return None  # some point of the row shares an element with another, or a loop var is missing
+    dtype = kernel.buffers[s.buffer].dtype
+    best: tuple[int, Expr, int] | None = None
+    for node in walk(s.value):
+        if node.dtype != dtype:
+            continue
+        phase = next((p for p in range(s.phase) if node in computed[p]), None)
+        if phase is not None:
+            size = sum(1 for _ in walk(node))
+            if best is None or size > best[0]:
+                best = (size, node, phase)
+    return None if best is None else (best[1], best[2])
