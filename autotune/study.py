@@ -86,6 +86,11 @@ def suggest(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
             else trial.suggest_categorical(k.name, k.choices) for k in space.knobs}
 
 
+def suggest_fixed(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """Knob values of Optuna ``params`` (the inverse of ``suggest``'s encoding)."""
+    return {k.name: k.choices[params[k.name]] if k.ordered else params[k.name] for k in space.knobs}
+
+
 def make_sampler(name: str, space: SearchSpace, trials: int, seed: int | None) -> optuna.samplers.BaseSampler:
     """TPE (default), an exhaustive grid ("auto" picks it when the space fits the budget),
     random, or CMA-ES (categorical knobs fall back to random sampling)."""
@@ -218,9 +223,11 @@ class StudyLoop:
     """One run of the ask/evaluate/tell loop over ``space`` (see the module docstring)."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, evaluator: Evaluator,
-                 settings: TuneSettings, tag: str, label: str = ""):
+                 settings: TuneSettings, tag: str, label: str = "",
+                 recorded: Callable[[int], Outcome | None] | None = None):
         self.study, self.space, self.evaluator = study, space, evaluator
         self.settings, self.tag, self.label = settings, tag, label
+        self.recorded = recorded  # the finished outcome of an ln_trials row, if the tuning DB has one
         self.result = StudyResult(study.study_name)
         self.seen: set[str] = set()
         self.invalid: set[str] = set()
@@ -247,7 +254,26 @@ class StudyLoop:
             measured = {_values_key(t.params) for t in trials if t.user_attrs.get(BUDGET_ATTR) == self.tag
                         and not interrupted(t)}
             for t in to_remeasure(trials, self.tag, measured):
-                self.study.enqueue_trial(t.params, user_attrs={"warm_start": "interrupted"})
+                row = t.user_attrs.get("ln_trial_id")
+                outcome = self.recorded(row) if self.recorded is not None and row is not None else None
+                if outcome is not None:  # measured, but the process died before telling Optuna
+                    self._restore(t, outcome)
+                else:
+                    self.study.enqueue_trial(t.params, user_attrs={"warm_start": "interrupted"})
+
+    def _restore(self, trial: optuna.trial.FrozenTrial, outcome: Outcome) -> None:
+        """Add the outcome of an interrupted trial's finished measurement to the study, as one trial."""
+        config = self.space.config(suggest_fixed(self.space, trial.params))
+        attrs: dict[str, Any] = {"config": config.to_json(), "state": outcome.state.value, "software": self.tag,
+                                 BUDGET_ATTR: self.tag, "ln_trial_id": outcome.trial_id, "restored": True}
+        if outcome.message:
+            attrs["message"] = outcome.message[:2000]
+        if outcome.timing:
+            attrs.update(p20_us=outcome.timing.p20_us, p50_us=outcome.timing.p50_us, p80_us=outcome.timing.p80_us)
+        self.study.add_trial(optuna.trial.create_trial(
+            params=trial.params, distributions=trial.distributions, user_attrs=attrs,
+            state=OptunaState.COMPLETE if outcome.ok else OptunaState.FAIL,
+            value=outcome.timing.p50_us if outcome.ok else None))
 
     def stop_reason(self, start: float) -> str:
         s = self.settings

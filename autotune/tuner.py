@@ -16,6 +16,7 @@ import optuna
 
 from ..backends.base import Backend
 from ..core.space import SearchSpace, config_key
+from ..core.timing import Timing
 from ..db.api import HardwareInfo, LookupKind, TrialState, TuningDB, TuningKey
 from ..db.models import utcnow
 from ..runtime.compiled import CompiledGraph
@@ -115,7 +116,8 @@ class GraphTuner:
             recorder = TrialRecorder(self.db, key, name)
             evaluator = KernelEvaluator(kernel, self.backend, self.harness, self.settings.timeout_s,
                                         self.settings.workers, recorder)
-            result = StudyLoop(study, space, evaluator, self.settings, self.tag, display).run()
+            result = StudyLoop(study, space, evaluator, self.settings, self.tag, display,
+                               recorded=lambda row: self.recorded(key, name, row)).run()
             # Other workers sharing this study (same hardware model) may have measured better configs.
             result.results = {**previous_results(study.get_trials(deepcopy=False), space, self.tag),
                               **result.results}
@@ -154,6 +156,14 @@ class GraphTuner:
         others = [w for w in self.db.winners(kernel_hash=key.kernel_hash, backend=key.backend, hardware=key.hardware)
                   if w.dtypes == key.dtypes and len(w.sizes) == len(key.sizes) and w.sizes != key.sizes]
         return sorted(others, key=lambda w: log_distance(w.sizes, key.sizes))[:NEAREST_WARM_STARTS]
+
+    def recorded(self, key: TuningKey, study: str, trial_id: int) -> Outcome | None:
+        """The outcome stored in ``ln_trials`` row ``trial_id`` of ``study``, if it finished measuring."""
+        row = next((t for t in self.db.trials(key, study=study) if t.id == trial_id), None)
+        if row is None or row.state == TrialState.RUNNING or (row.message or "").startswith("interrupted"):
+            return None
+        timing = Timing(row.p20_us, row.p50_us, row.p80_us, 0) if row.p50_us is not None else None
+        return Outcome(row.state, row.message, timing, row.verified_error, row.id)
 
     def recover(self, study: optuna.Study, key: TuningKey) -> None:
         """Fail what a dead sweep left running: its Optuna trials, then its ``ln_trials`` rows."""

@@ -30,6 +30,14 @@ SWEEP = textwrap.dedent("""
     settings = TuneSettings(trials=trials, db_url=url, measure_s=measure, heartbeat_s=1, grace_s=2, workers=2,
                             sampler="random", seed=int(sys.argv[6]))
     t = target("var_mean", "cpp", size)
+    if len(sys.argv) > 7:  # die as a SIGKILL would: after a trial's row is final, before Optuna hears of it
+        import loopnest.autotune.study as study_module
+        tell = study_module._tell
+        def dying_tell(study, trial, config, outcome, *args, **kwargs):
+            if outcome.ok and outcome.trial_id is not None:
+                os._exit(9)
+            return tell(study, trial, config, outcome, *args, **kwargs)
+        study_module._tell = dying_tell
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.01)
@@ -38,9 +46,10 @@ SWEEP = textwrap.dedent("""
 """)
 
 
-def start(url: str, go, size: str, trials: int, measure: float, seed: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", SWEEP, url, str(go), size, str(trials), str(measure), str(seed)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(url: str, go, size: str, trials: int, measure: float, seed: int, die: bool = False) -> subprocess.Popen:
+    args = [url, str(go), size, str(trials), str(measure), str(seed)] + (["die"] if die else [])
+    return subprocess.Popen([sys.executable, "-c", SWEEP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def wait_ready(proc: subprocess.Popen) -> None:
@@ -132,3 +141,34 @@ def test_a_rerun_after_ctrl_c_measures_the_interrupted_config_once(db_url, tmp_p
         again = [t for t in after if t.id not in before and t.config == cut.config]
         assert [t.state for t in again] == [TrialState.OK]
         assert db.winners() and db.trials(state=TrialState.RUNNING) == []
+
+
+def test_a_trial_measured_before_its_process_died_is_restored_not_measured_again(db_url, tmp_path):
+    """The process died after the trial's ln_trials row was final but before Optuna was told: the
+    rerun takes the recorded outcome into the study (counted once) instead of timing it again."""
+    TuningDB(db_url).close()
+    go = tmp_path / "go"
+    go.touch()
+    proc = start(db_url, go, "tiny", 3, 0.02, 0, die=True)
+    wait_ready(proc)
+    assert proc.wait(timeout=300) == 9, proc.communicate()
+    with TuningDB(db_url) as db:
+        done = {t.id: t for t in db.trials() if t.state == TrialState.OK}  # the batch the process timed
+    assert done
+    time.sleep(3.5)  # past the 2 s grace: the dead process's trials are found stale
+    rerun = start(db_url, go, "tiny", 3, 0.02, 0)
+    wait_ready(rerun)
+    row = report(rerun)
+    assert row["stop_reason"] == "trial budget"
+    trials = study_trials(db_url, row["study"])
+    tag = next(t.user_attrs[BUDGET_ATTR] for t in trials if BUDGET_ATTR in t.user_attrs)
+    counted = [t for t in trials if t.user_attrs.get(BUDGET_ATTR) == tag and not interrupted(t)]
+    assert len(counted) == 3
+    restored = {t.user_attrs["ln_trial_id"]: t for t in counted if t.user_attrs.get("restored")}
+    assert restored.keys() == done.keys()
+    assert all(restored[i].value == done[i].p50_us for i in done)
+    with TuningDB(db_url) as db:
+        configs = [json.dumps(t.config, sort_keys=True) for t in db.trials() if t.state != TrialState.INVALID]
+        for t in done.values():  # timed once, by the process that died
+            assert configs.count(json.dumps(t.config, sort_keys=True)) == 1
+        assert db.trials(state=TrialState.RUNNING) == [] and len(db.winners()) == 1
