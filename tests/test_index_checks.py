@@ -261,3 +261,19 @@ def test_reference_interpreter_checks_like_the_kernels():
     T[2, 0] = 16
     with pytest.raises(IndexError, match="gather: index 16 is out of bounds for dimension 1 with size 16"):
         interpret_graph(fn.graph(X, T), [X, T])
+
+
+def test_the_error_of_the_op_eager_runs_first_wins():
+    """A fused kernel meets the division by zero (dividing by the safe value the out-of-range
+    gather read) before it tests the gather's indices; eager fails at the gather, and so must we."""
+    x = torch.tensor([[0, 5, 7], [0, 2, 9]], dtype=torch.int32)
+    t = torch.tensor([[1, 3, 2], [0, 1, 2]])
+    y = torch.tensor([[4, 8, 12], [6, 6, 6]], dtype=torch.int32)
+
+    def f(x, t, y):
+        return y // x.gather(1, t)
+
+    with pytest.raises(RuntimeError, match="index 3 is out of bounds"):
+        f(x, t, y)
+    with pytest.raises(IndexError, match=r"gather: index 3 is out of bounds for dimension 1 with size 3"):
+        _compiled(f)(x, t, y)

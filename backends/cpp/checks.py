@@ -1,25 +1,28 @@
 """Run-time errors of C++ kernels: out-of-range indirect indices and integer division by zero.
 
-A kernel cannot raise. It records the first error in an error slot its launcher passes in
-(``int64_t ln_err[3]``: site code, offending value, bound), claimed with one compare-and-swap so
-that threads of an OpenMP loop never race, then carries on with a safe value. After the call the
-launcher raises the Python exception eager PyTorch raises for the same input, naming the op, the
-value and the bound. Site codes number a kernel's distinct error sites (``error_sites``), which
-the code generator and the launcher both derive from the kernel alone.
+A kernel cannot raise. It records an error in an error slot its launcher passes in (``int64_t
+ln_err[4]``: site code, offending value, bound, and a lock word so that threads of an OpenMP loop
+never race), then carries on with a safe value. After the call the launcher raises the Python
+exception eager PyTorch raises for the same input, naming the op, the value and the bound. Site
+codes number a kernel's distinct error sites (``error_sites``) in the order eager runs their ops
+(an op's operands before it, left to right), which the code generator and the launcher both
+derive from the kernel alone. The site with the lowest code wins, whichever thread or element
+meets its error first: eager raises at the first failing op, and a fused kernel may meet a later
+op's error first (a division by the value an out-of-range gather would have read).
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
 
-from ...ir.expr import Apply, IndexValue, Load, walk
+from ...ir.expr import Apply, Expr, IndexValue, Load
 from ...ir.index import IndexCheck, Indirect
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 
 INT_DIVISIONS = {Op.FLOORDIV: "floor_divide (//)", Op.MOD: "remainder (%)", Op.FMOD: "fmod"}
 
-ErrorSlot = ctypes.c_int64 * 3
+ErrorSlot = ctypes.c_int64 * 4
 
 
 class KernelIndexError(IndexError, RuntimeError):
@@ -74,11 +77,11 @@ def is_int_division(e) -> bool:
 
 
 def error_sites(kernel: Kernel, index_checks: bool) -> tuple[ErrorSite, ...]:
-    """The kernel's distinct error sites in a fixed order (site code = position + 1); index
+    """The kernel's distinct error sites in eager's order (site code = position + 1); index
     checks only when ``index_checks`` is on."""
     sites: dict[ErrorSite, None] = {}
     for root in kernel.expressions():
-        for node in walk(root):
+        for node in _operands_first(root):
             if is_int_division(node):
                 sites[ZeroDivision(node.op)] = None
             elif index_checks and isinstance(node, (Load, IndexValue)):
@@ -87,6 +90,23 @@ def error_sites(kernel: Kernel, index_checks: bool) -> tuple[ErrorSite, ...]:
                         if isinstance(a, Indirect) and a.check is not None:
                             sites[a.check] = None
     return tuple(sites)
+
+
+def _operands_first(root: Expr) -> list[Expr]:
+    """Every node of ``root`` once, after its operands, the operands left to right (eager's order
+    of evaluating an expression written as nested calls)."""
+    order: list[Expr] = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(node.children()))
+    return order
 
 
 def raise_recorded(slot, sites: tuple[ErrorSite, ...], kernel: str) -> None:
@@ -105,11 +125,9 @@ def raise_recorded(slot, sites: tuple[ErrorSite, ...], kernel: str) -> None:
 # ``ops.PRELUDE`` (the ``_chk`` divisions call its ``ln_floordiv``, ``ln_mod``, ``ln_fmod``).
 PRELUDE = r"""
 __attribute__((noinline, cold)) static void ln_fail(int64_t* err, int64_t code, int64_t value, int64_t bound) {
-  int64_t none = 0;  // the first error wins; later ones (any thread) are dropped
-  if (__atomic_compare_exchange_n(&err[0], &none, -1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-    err[1] = value; err[2] = bound;
-    __atomic_store_n(&err[0], code, __ATOMIC_RELEASE);
-  }
+  while (__atomic_exchange_n(&err[3], 1, __ATOMIC_ACQUIRE)) {}  // err[3]: the slot's lock
+  if (err[0] == 0 || code < err[0]) { err[0] = code; err[1] = value; err[2] = bound; }  // eager's first op wins
+  __atomic_store_n(&err[3], 0, __ATOMIC_RELEASE);
 }
 template <class T> static inline T ln_floordiv_chk(T a, T b, int64_t* err, int64_t code) {
   if (b == 0) { ln_fail(err, code, 0, 0); return 0; } return ln_floordiv(a, b);
