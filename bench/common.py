@@ -18,13 +18,6 @@ def reexec_with_malloc_thresholds() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
 
 
-def tensor_bytes(values) -> int:
-    """Bytes of a tensor, or of all the tensors in a (nested) sequence."""
-    if hasattr(values, "element_size"):
-        return values.numel() * values.element_size()
-    return sum(tensor_bytes(v) for v in values)
-
-
 def median_ms(fn, repeat: int, collect: bool = False) -> float:
     """Median ms of ``repeat`` calls of ``fn`` after a warm-up call (``collect``: gc before each)."""
     fn()

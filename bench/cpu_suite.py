@@ -4,10 +4,12 @@ Prints one markdown table: median ms of each, loopnest's speedups, the fraction 
 copy bandwidth each reaches (bytes = every input read once + every output written once; the copy
 bandwidth is measured in the same run, on buffers of the size class's footprint) and the cold
 compile times. "loopnest tuned" compiles with ``tune="sweep"`` and a few trials per kernel
-(``--trials``), its winners kept in a tuning DB made for this run only. Timings are interleaved
-round by round so the shared machine's noise hits every column alike.
+(``--trials``; 0 leaves the column out), its winners kept in a tuning DB made for this run only.
+Timings are interleaved round by round so the shared machine's noise hits every column alike.
+Training rows (``train``) are timed as one step, forward and backward (``training_step``), and
+count ``Workload.min_bytes``.
 
-Run: python bench/cpu_suite.py [--size cpu|cache] [--rounds N] [--trials N] [WORKLOAD ...]
+Run: python bench/cpu_suite.py [--size cpu|cache] [--rounds N] [--trials N] [WORKLOAD ...|new|train]
 The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so no
 kernel pays page faults for a freshly unmapped output on every call.
 """
@@ -19,7 +21,7 @@ import statistics
 import tempfile
 import time
 
-from common import reexec_with_malloc_thresholds, tensor_bytes
+from common import reexec_with_malloc_thresholds
 
 reexec_with_malloc_thresholds()
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -28,7 +30,7 @@ os.environ["LOOPNEST_DB"] = f"sqlite:///{tempfile.mkdtemp(prefix='loopnest-db-')
 
 import torch  # noqa: E402
 
-from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
+from loopnest.autotune.workloads import NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, grad_output, training_step  # noqa: E402
 
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
@@ -59,64 +61,77 @@ def timed_first_call(fn, args) -> tuple[object, float]:
 
 
 def compiled(fn, trials: int) -> dict:
-    """The compiled versions of ``fn`` this suite compares, by column."""
+    """The compiled versions of ``fn`` this suite compares, by column (no tuned one for 0 trials)."""
     tuning = {"trials": trials, "db_url": os.environ["LOOPNEST_DB"]}
-    return {"inductor": torch.compile(fn),
-            "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"}),
-            "tuned": torch.compile(fn, backend="loopnest",
-                                   options={"backend": "cpp", "tune": "sweep", "tuning": tuning})}
+    out = {"inductor": torch.compile(fn),
+           "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})}
+    if trials:
+        out["tuned"] = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "sweep", "tuning": tuning})
+    return out
 
 
 def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
     w = WORKLOADS[name]
-    args = w.inputs(size)
+    args = w.train_inputs(size) if w.train else w.inputs(size)
     torch._dynamo.reset()
-    expect = w.fn(*args)
-    fns, cold = {"eager": w.fn}, {}
+    grad_out = grad_output(w.fn(*args)) if w.train else None
+
+    def call(fn):
+        return (lambda: training_step(fn, args, grad_out)) if w.train else (lambda: fn(*args))
+
+    expect = call(w.fn)()
+    fns, cold = {"eager": call(w.fn)}, {}
     for column, fn in compiled(w.fn, trials).items():
-        got, cold[column] = timed_first_call(fn, args)
+        got, cold[column] = timed_first_call(call(fn), ())
         torch.testing.assert_close(got, expect, atol=2e-2, rtol=2e-2)
-        fns[column] = fn
+        fns[column] = call(fn)
     times = {k: [] for k in fns}
     for _ in range(3):
         for fn in fns.values():
-            fn(*args)
+            fn()
     for _ in range(rounds):
         for k, fn in fns.items():
             t0 = time.perf_counter()
-            fn(*args)
+            fn()
             times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    moved = tensor_bytes(args) + tensor_bytes(expect)
+    med.setdefault("tuned", float("nan"))
+    moved = w.min_bytes(args, expect[0] if w.train else expect)
     frac = {k: moved / (v / 1e3) / (gbs * 1e9) for k, v in med.items()}
     return dict(name=name, ms=med, frac=frac, cold=cold, mb=moved / 1e6)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("workloads", nargs="*", default=list(TEN))
+    parser.add_argument("workloads", nargs="*", default=list(TEN),
+                        help="workload names; 'new' and 'train' stand for the new and the training rows")
     parser.add_argument("--size", default="cpu", choices=sorted(COPY_BYTES), help="size class of the inputs")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--trials", type=int, default=8, help="configs tried per kernel for the tuned column")
+    parser.add_argument("--trials", type=int, default=8,
+                        help="configs tried per kernel for the tuned column (0: no tuned column)")
     opts = parser.parse_args()
+    groups = {"new": NEW_ROWS, "train": TRAIN_ROWS}
+    names = [n for spec in opts.workloads for n in groups.get(spec, (spec,))]
     gbs = copy_gbs(opts.size)
     print(f"# CPU suite, size {opts.size}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"measured copy bandwidth {gbs:.1f} GB/s ({COPY_BYTES[opts.size] >> 20} MB buffers), "
           f"{opts.trials} trials per kernel, {time.strftime('%Y-%m-%d')}")
     print("| workload | MB moved | eager ms | inductor ms | loopnest ms | tuned ms | inductor/loopnest "
-          "| inductor/tuned | eager/tuned | frac eager | frac inductor | frac loopnest | frac tuned "
-          "| cold inductor s | cold loopnest s | cold tuned s |")
-    print("|---" * 16 + "|")
+          "| inductor/tuned | eager/loopnest | eager/tuned | frac eager | frac inductor | frac loopnest "
+          "| frac tuned | cold inductor s | cold loopnest s | cold tuned s |")
+    print("|---" * 17 + "|")
     ratios: dict[str, list[float]] = {"loopnest": [], "tuned": []}
-    for name in opts.workloads:
+    for name in names:
         r = run(name, opts.size, opts.rounds, opts.trials, gbs)
         ms, fr, cold = r["ms"], r["frac"], r["cold"]
         for k in ratios:
             ratios[k].append(ms["inductor"] / ms[k])
         print(f"| {name} | {r['mb']:.0f} | " + " | ".join(f"{ms[k]:.2f}" for k in COLUMNS)
               + f" | {ms['inductor'] / ms['loopnest']:.2f} | {ms['inductor'] / ms['tuned']:.2f} "
-              f"| {ms['eager'] / ms['tuned']:.2f} | " + " | ".join(f"{fr[k]:.2f}" for k in COLUMNS)
-              + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold['tuned']:.1f} |", flush=True)
+              f"| {ms['eager'] / ms['loopnest']:.2f} | {ms['eager'] / ms['tuned']:.2f} | "
+              + " | ".join(f"{fr[k]:.2f}" for k in COLUMNS)
+              + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold.get('tuned', float('nan')):.1f} |",
+              flush=True)
     print("\ngeometric mean of inductor/loopnest time ratios: "
           f"defaults {statistics.geometric_mean(ratios['loopnest']):.2f}, "
           f"tuned {statistics.geometric_mean(ratios['tuned']):.2f}")

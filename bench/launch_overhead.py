@@ -1,4 +1,4 @@
-"""Host overhead per call, and where compile time goes, for loopnest and Inductor on CUDA.
+"""Host overhead per call, and where compile time goes, for loopnest and Inductor on CUDA (or the CPU).
 
 1. Host time per call at tiny sizes (GPU work is a few microseconds, so back-to-back calls are
    bound by the host): eager, Inductor default, loopnest; microseconds per call.
@@ -8,6 +8,10 @@
    compile (first call) of each workload, (c) a warm start (new process, caches hit).
 
 Run on the device: python bench/launch_overhead.py [--profile DIR] [WORKLOAD ...]
+
+``--device cpu``: only (1), for the C++ backend against eager and Inductor's C++ backend; the
+columns are timed in interleaved rounds (the median round), since the CPU is shared with their
+threads. At tiny sizes the kernels themselves take 1-10 µs, so this is host time.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +36,7 @@ from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
 
 torch._dynamo.config.recompile_limit = 64
 OPTIONS = {"backend": "triton", "tune": "off"}
+CPU_OPTIONS = {"backend": "cpp", "tune": "off"}
 
 WARM = r"""
 import cProfile, pstats, sys, torch
@@ -57,6 +63,41 @@ def host_us(fn, args, calls: int = 2000) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def cpu_host_us(fns: dict, args, rounds: int = 21, calls: int = 500) -> dict[str, float]:
+    """Microseconds per call of each of ``fns``: the median of ``rounds`` interleaved rounds of
+    ``calls`` back-to-back calls."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        for _ in range(50):
+            fn(*args)
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            times[k].append((time.perf_counter() - t0) / calls * 1e6)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def cpu_main(workloads: list[str]) -> None:
+    """Host time per call at tiny sizes on the CPU: eager, Inductor, loopnest's C++ backend."""
+    print(f"# host time per call, tiny sizes, CPU ({torch.get_num_threads()} threads), torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
+    print("| workload | eager µs/call | inductor µs/call | loopnest µs/call | loopnest / inductor |")
+    print("|---|---|---|---|---|")
+    ratios = []
+    for name in workloads:
+        w = WORKLOADS[name]
+        torch._dynamo.reset()
+        fns = {"eager": w.fn, "inductor": torch.compile(w.fn),
+               "loopnest": torch.compile(w.fn, backend="loopnest", options=CPU_OPTIONS)}
+        us = cpu_host_us(fns, w.inputs("tiny"))
+        ratios.append(us["loopnest"] / us["inductor"])
+        print(f"| {name} | {us['eager']:.1f} | {us['inductor']:.1f} | {us['loopnest']:.1f} | {ratios[-1]:.2f} |",
+              flush=True)
+    print(f"\ngeometric mean of loopnest/inductor host time: {statistics.geometric_mean(ratios):.2f}")
+
+
 def kernel_us(fn, args, reps: int = 20) -> float:
     """Sum of the GPU kernel times of one call (profiler, mean over ``reps`` calls)."""
     fn(*args)
@@ -79,7 +120,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(TEN))
     parser.add_argument("--profile", help="write cProfile listings into this folder")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     opts = parser.parse_args()
+    if opts.device == "cpu":
+        cpu_main(opts.workloads)
+        return
     if opts.profile:
         os.makedirs(opts.profile, exist_ok=True)
     print(f"# launch overhead on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
