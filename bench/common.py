@@ -44,3 +44,24 @@ def run_in_checkout(code: str, args: list[str], path=None, env: dict | None = No
     if proc.returncode != 0:
         raise SystemExit(f"the run of {path or 'this checkout'} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def rss_bytes() -> int:
+    """This process's resident set now (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_allocated_bytes(fn) -> int:
+    """The most bytes torch's CPU allocator holds while ``fn()`` runs, above what it held before
+    (the profiler's memory events summed in time order; the resident set cannot show this when
+    glibc keeps freed blocks mapped)."""
+    import torch.profiler
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    held = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        held += event.self_cpu_memory_usage
+        peak = max(peak, held)
+    return peak

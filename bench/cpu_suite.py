@@ -7,7 +7,9 @@ compile times. "loopnest tuned" compiles with ``tune="sweep"`` and a few trials 
 (``--trials``; 0 leaves the column out), its winners kept in a tuning DB made for this run only.
 Timings are interleaved round by round so the shared machine's noise hits every column alike.
 Training rows (``train``) are timed as one step, forward and backward (``training_step``), and
-count ``Workload.min_bytes``.
+count ``Workload.min_bytes``. The memory columns give, for each column, the peak bytes torch's
+allocator holds during one call (outputs and gradients included), and the resident set's growth
+per call over ``MEMORY_CALLS`` more calls (0 unless a call leaks).
 
 Run: python bench/cpu_suite.py [--size cpu|cache] [--rounds N] [--trials N] [WORKLOAD ...|new|train]
 The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so no
@@ -21,7 +23,7 @@ import statistics
 import tempfile
 import time
 
-from common import reexec_with_malloc_thresholds
+from common import peak_allocated_bytes, reexec_with_malloc_thresholds, rss_bytes
 
 reexec_with_malloc_thresholds()
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -39,6 +41,7 @@ torch._dynamo.config.recompile_limit = 64
 # suite's footprint (inputs of 2-8 MB) for "cache".
 COPY_BYTES = {"cpu": 256 << 20, "cache": 4 << 20}
 COLUMNS = ("eager", "inductor", "loopnest", "tuned")
+MEMORY_CALLS = 30
 
 
 def copy_gbs(size: str, repeat: int = 30) -> float:
@@ -96,9 +99,21 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
             times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     med.setdefault("tuned", float("nan"))
+    memory = {k: memory_use(fn) for k, fn in fns.items()}
     moved = w.min_bytes(args, expect[0] if w.train else expect)
     frac = {k: moved / (v / 1e3) / (gbs * 1e9) for k, v in med.items()}
-    return dict(name=name, ms=med, frac=frac, cold=cold, mb=moved / 1e6)
+    return dict(name=name, ms=med, frac=frac, cold=cold, mb=moved / 1e6, memory=memory)
+
+
+def memory_use(fn) -> tuple[float, float]:
+    """(peak MB torch allocates during one call, MB the resident set grows per call)."""
+    for _ in range(MEMORY_CALLS // 3):  # the allocator's arenas settle first
+        fn()
+    start = rss_bytes()
+    for _ in range(MEMORY_CALLS):
+        fn()
+    growth = (rss_bytes() - start) / MEMORY_CALLS
+    return peak_allocated_bytes(fn) / 1e6, growth / 1e6
 
 
 def main() -> None:
@@ -121,6 +136,7 @@ def main() -> None:
           "| frac tuned | cold inductor s | cold loopnest s | cold tuned s |")
     print("|---" * 17 + "|")
     ratios: dict[str, list[float]] = {"loopnest": [], "tuned": []}
+    memory = []
     for name in names:
         r = run(name, opts.size, opts.rounds, opts.trials, gbs)
         ms, fr, cold = r["ms"], r["frac"], r["cold"]
@@ -132,6 +148,13 @@ def main() -> None:
               + " | ".join(f"{fr[k]:.2f}" for k in COLUMNS)
               + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold.get('tuned', float('nan')):.1f} |",
               flush=True)
+        memory.append((name, r["memory"]))
+    print("\n| workload | " + " | ".join(f"peak MB {k}" for k in COLUMNS[:3]) + " | "
+          + " | ".join(f"MB/call growth {k}" for k in COLUMNS[:3]) + " |")
+    print("|---" * 7 + "|")
+    for name, mem in memory:
+        print(f"| {name} | " + " | ".join(f"{mem[k][0]:.0f}" for k in COLUMNS[:3]) + " | "
+              + " | ".join(f"{mem[k][1]:.2f}" for k in COLUMNS[:3]) + " |")
     print("\ngeometric mean of inductor/loopnest time ratios: "
           f"defaults {statistics.geometric_mean(ratios['loopnest']):.2f}, "
           f"tuned {statistics.geometric_mean(ratios['tuned']):.2f}")
