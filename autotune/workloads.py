@@ -110,6 +110,32 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / max(want.double().norm().item(), 1e-300)
 
 
+def result_dtypes(workload: "Workload", args: tuple) -> list[torch.dtype]:
+    """The dtypes of eager's results on ``args`` (a training row: its output, then the gradient
+    of each argument that requires grad)."""
+    with torch.no_grad():
+        out = workload.fn(*[a.detach() for a in args])
+    if workload.train:
+        return [out.dtype] + [a.dtype for a in args if a.requires_grad]
+    return [o.dtype for o in (out if isinstance(out, tuple) else (out,))]
+
+
+def mismatch(got, want: tuple, dtypes: list, train: bool) -> str | None:
+    """Why results ``got`` do not match ``want`` (``float64_results`` on the same inputs), or None:
+    each floating result within ``TOLERANCE`` in ``relative_error`` (gradients of a training step:
+    ``GRAD_TOLERANCE``) and of dtype ``dtypes[k]``, integers exactly."""
+    got = got if isinstance(got, tuple) else (got,)
+    for k, (g, w, d) in enumerate(zip(got, want, dtypes, strict=True)):
+        if not w.dtype.is_floating_point:
+            if not torch.equal(g, w):
+                return f"result {k}: integers differ"
+            continue
+        err = relative_error(g, w)
+        if g.dtype != d or not err < (GRAD_TOLERANCE if train and k else TOLERANCE)[g.dtype]:
+            return f"result {k} ({g.dtype}): relative error {err:.3g}"
+    return None
+
+
 def training_step(fn: Callable, args: tuple, grad_out: torch.Tensor | None = None) -> tuple:
     """One step: ``out = fn(*args)``, then the gradients of the arguments that require grad for
     ``grad_out`` (``grad_output(out)`` when None); returns ``(out, *gradients)``, detached."""

@@ -34,9 +34,8 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-from loopnest.autotune.workloads import (GRAD_TOLERANCE, NEW_ROWS, TEN, TOLERANCE, TRAIN_ROWS,  # noqa: E402
-                                         WORKLOADS, float64_results, grad_output, relative_error,
-                                         training_step)
+from loopnest.autotune.workloads import (NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, float64_results,  # noqa: E402
+                                         grad_output, mismatch, result_dtypes, training_step)
 
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
@@ -101,19 +100,12 @@ def variants(fn, tuned: bool, smoke: bool = False, train: bool = False) -> dict:
 
 
 def check(got, want, name: str, variant: str, dtypes: list, train: bool) -> str:
-    """Each result against float64 on the same inputs: ``||got - want|| / ||want||`` under
-    ``TOLERANCE`` (gradients of training rows: ``GRAD_TOLERANCE``, see autotune/workloads.py),
-    integers exactly, dtypes as eager's."""
-    got = got if isinstance(got, tuple) else (got,)
-    for k, (g, w, d) in enumerate(zip(got, want, dtypes, strict=True)):
-        if not w.dtype.is_floating_point:
-            ok, err = torch.equal(g, w), 0.0
-        else:
-            err = relative_error(g, w)
-            ok = err < (GRAD_TOLERANCE if train and k else TOLERANCE)[g.dtype] and g.dtype == d
-        if not ok:
-            print(f"MISMATCH {name}/{variant} result {k}: relative error {err:.3g}", flush=True)
-            return "WRONG"
+    """"ok", or "WRONG" with the mismatch printed (``workloads.mismatch``: each result against
+    float64 on the same inputs)."""
+    why = mismatch(got, want, dtypes, train)
+    if why is not None:
+        print(f"MISMATCH {name}/{variant} {why}", flush=True)
+        return "WRONG"
     return "ok"
 
 
@@ -125,8 +117,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
     with torch.no_grad():
         eager = w.fn(*[a.detach() for a in args])
     grad_out = grad_output(eager) if w.train else None
-    dtypes = [eager.dtype] + [a.dtype for a in args if a.requires_grad] if w.train else \
-        [o.dtype for o in (eager if isinstance(eager, tuple) else (eager,))]
+    dtypes = result_dtypes(w, args)
     result = {"name": name, "ms": {}, "cold_s": {}, "status": {}, "kernels": {}}
     for variant, fn in variants(w.fn, tuned, device != "cuda", w.train).items():
         call = (lambda fn=fn: training_step(fn, args, grad_out)) if w.train else (lambda fn=fn: fn(*args))
