@@ -164,7 +164,7 @@ def _ask(study: optuna.Study) -> optuna.Trial:
 
 def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: Outcome, tag: str,
           cut_short: bool = False) -> None:
-    attrs: dict[str, Any] = {"config": config_json, "state": outcome.state.value, "software": tag}
+    attrs: dict[str, Any] = {"config": config_json, "software": tag}
     if cut_short:
         attrs[INTERRUPTED_ATTR] = True
     if outcome.message:
@@ -174,6 +174,9 @@ def _tell(study: optuna.Study, trial: optuna.Trial, config_json: dict, outcome: 
                      p80_us=outcome.timing.p80_us)
     if outcome.trial_id is not None:
         attrs["ln_trial_id"] = outcome.trial_id
+    # "state" last: each attribute is its own write, and a trial without it counts as interrupted
+    # (a process killed between two writes left a FAIL trial with a state but no timings)
+    attrs["state"] = outcome.state.value
     for name, value in attrs.items():
         trial.set_user_attr(name, value)
     if outcome.ok:
@@ -198,10 +201,25 @@ def previous_results(trials: Sequence[optuna.trial.FrozenTrial], space: SearchSp
             config = space.validate(a["config"])
         except ValueError:
             continue
-        timing = Timing(a["p20_us"], a["p50_us"], a["p80_us"], 0) if "p50_us" in a else None
-        outcome = Outcome(TrialState(a["state"]), a.get("message"), timing, None, a.get("ln_trial_id"))
-        out.setdefault(config_key(config), (config, outcome))
+        outcome = _recorded_outcome(a)
+        if outcome is not None:
+            out.setdefault(config_key(config), (config, outcome))
     return out
+
+
+def _recorded_outcome(attrs: dict) -> Outcome | None:
+    """The outcome a trial's attributes record, or None when they do not hold a whole one (an
+    unknown state, an ok state without its three timings, timings that are not numbers)."""
+    try:
+        state = TrialState(attrs["state"])
+    except ValueError:
+        return None
+    quantiles = [attrs.get(q) for q in ("p20_us", "p50_us", "p80_us")]
+    numbers = [isinstance(q, (int, float)) and not isinstance(q, bool) for q in quantiles]
+    if any(numbers) and not all(numbers) or (state is TrialState.OK and not all(numbers)):
+        return None
+    timing = Timing(*quantiles, 0) if all(numbers) else None
+    return Outcome(state, attrs.get("message"), timing, None, attrs.get("ln_trial_id"))
 
 
 def enqueue_warm_starts(study: optuna.Study, space: SearchSpace, configs: Sequence[tuple[Any, str]]) -> int:

@@ -229,3 +229,28 @@ def test_points_rejected_by_static_constraints_are_recorded_invalid_and_never_bu
     assert invalid and all(t.config["lanes"] > 8 and t.message == "lanes above 8 rejected" for t in invalid)
     assert backend.built and all(c.lanes <= 8 for c in backend.built)
     assert result.counts[0] == 4 and all(c.lanes <= 8 for c, _ in result.results.values())
+
+
+@pytest.mark.parametrize("attrs", [
+    {"state": "runtime_error", "p20_us": 1.0, "p50_us": 2.0},        # killed between two attribute writes
+    {"state": "ok"},                                                 # ok without its timings
+    {"state": "ok", "p20_us": 1.0, "p50_us": "2", "p80_us": 3.0},    # a timing that is not a number
+    {"state": "bogus", "p20_us": 1.0, "p50_us": 2.0, "p80_us": 3.0},  # an unknown state
+])
+def test_a_partial_or_damaged_trial_record_is_no_result(attrs):
+    """A sweep that read such a trial back (another process's, or one written before a SIGKILL
+    between two of its attribute writes) failed with KeyError or took it as measured."""
+    from loopnest.autotune.study import previous_results
+
+    graph, (X,) = rows_graph()
+    kernel = build(graph, CppBackend()).schedule.kernels[0]
+    space = cpp_space(kernel, CppBackend().hardware())
+    config = space.validate(CppBackend().default_config(kernel).to_json())
+    study = optuna.create_study()
+    timed = {"state": "ok", "p20_us": 1.0, "p50_us": 2.0, "p80_us": 3.0}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=2.0,
+                                              user_attrs={"config": config.to_json(), "software": "tag", **timed}))
+    damaged = {"config": dataclasses.replace(config, threads=1).to_json(), "software": "tag", **attrs}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs=damaged))
+    results = previous_results(study.get_trials(deepcopy=False), space, "tag")
+    assert [c for c, _ in results.values()] == [config]

@@ -101,7 +101,7 @@ def test_a_killed_worker_s_request_is_finished_by_another_after_its_lease(db_url
     second = start_worker(db_url, "--lease", "3", "--idle-exit", "6", "--measure", "0.01")
     assert second.wait(timeout=180) == 0
     record = queue.get(rid)
-    assert (record.state, record.attempts) == (RequestState.DONE, 2)
+    assert (record.state, record.attempts) == (RequestState.DONE, 2), record.error
     assert record.owner.split(":")[1] == str(second.pid)
     trials = measured_trials(db_url)[record.study]
     counted = [t for t in trials if t[0] != "running" and not (t[1] or "").startswith("interrupted")]
