@@ -80,7 +80,7 @@ def compile_graph(graph: Graph, backend: Backend, name: str = "graph", configs: 
     """
     with gc_paused():
         verify(graph)
-        sched = schedule_graph(graph, name)
+        sched = schedule_graph(graph, name, across_rows=backend.reduces_across_rows)
     explicit = dict(configs or {})
     plan = tuner.lookup(sched, backend, example) if tuner is not None else ConfigPlan()
     dispatch = tuner.at_sizes(sched, backend, explicit) if tuner is not None else None

@@ -110,7 +110,8 @@ def specialize(kernel: Kernel, env: Mapping[str, int]) -> Kernel:
         [dataclasses.replace(r, body=expr(r.body)) for r in kernel.reductions],
         [dataclasses.replace(s, index=index(s.index), value=expr(s.value)) for s in kernel.elem_stores],
         [dataclasses.replace(s, index=index(s.index), value=expr(s.value)) for s in kernel.row_stores],
-        list(kernel.nodes), {n: Buffer(b.name, b.dtype, layout(b.layout), b.kind) for n, b in kernel.buffers.items()})
+        list(kernel.nodes), {n: Buffer(b.name, b.dtype, layout(b.layout), b.kind) for n, b in kernel.buffers.items()},
+        [dataclasses.replace(s, index=index(s.index), value=expr(s.value)) for s in kernel.col_stores])
 
 
 def _with_indirect_bounds(node: Load, mapping: Mapping, visit) -> Load:

@@ -53,7 +53,7 @@ def request(graph_or_fn: Any, example_inputs: Sequence, *, priority: int = 0, tr
     if isinstance(graph_or_fn, Graph):  # kernels with symbolic sizes too, at the inputs' sizes
         env = bind_symbols(graph_or_fn, inputs)
         verify(graph_or_fn)
-        kernels = schedule(graph_or_fn, "graph").kernels
+        kernels = schedule(graph_or_fn, "graph", across_rows=chosen.reduces_across_rows).kernels
         if options.target(chosen) == HardwareTarget.of(chosen.hardware()):
             kernels = unmeasured(kernels, chosen, env, tuner.settings.db_url)
         return enqueue_kernels(tuner.settings.db_url, kernels, chosen, env, options, "graph")

@@ -41,6 +41,7 @@ class Backend(Protocol):
     name: str                    # "cpp", "triton": the key of its winners in the tuning DB
     hardware_kind: HardwareKind  # the hardware its winners are measured on
     can_prebuild: bool           # compiles candidates ahead, in other processes (``prebuild``)
+    reduces_across_rows: bool    # runs reductions across a kernel's rows (``KReduction.across``)
 
     @property
     def device(self) -> str:

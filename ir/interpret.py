@@ -220,6 +220,7 @@ class LoopNest:
     reductions: Sequence
     elem_stores: Sequence
     row_stores: Sequence
+    col_stores: Sequence = ()  # results of reductions across the rows, stored after every block
 
     @property
     def num_phases(self) -> int:
@@ -231,16 +232,35 @@ class LoopNest:
         flat = {name: _flat(t) for name, t in buffers.items()}
         psizes = [evaluate(n, env) for _, n in self.pvars]
         rsizes = [evaluate(n, env) for _, n in self.rvars]
-        if any(s == 0 for s in psizes):
-            return
-        rows = psizes[0] if psizes else 1
-        per_row = max(1, math.prod(psizes[1:]) * max(1, math.prod(rsizes)))
-        step = max(1, BLOCK_ELEMENTS // per_row)
-        for lo in range(0, rows, step):
-            scope = _Scope(dict(env), flat, decls)
-            self._block(scope, psizes, rsizes, lo, min(rows, lo + step))
+        partials: dict[str, list[tuple[torch.Tensor, ...]]] = {r.name: [] for r in self.reductions if r.across}
+        if all(s > 0 for s in psizes):
+            rows = psizes[0] if psizes else 1
+            per_row = max(1, math.prod(psizes[1:]) * max(1, math.prod(rsizes)))
+            step = max(1, BLOCK_ELEMENTS // per_row)
+            for lo in range(0, rows, step):
+                scope = _Scope(dict(env), flat, decls)
+                self._block(scope, psizes, rsizes, lo, min(rows, lo + step), partials)
+        if self.col_stores:
+            self._col_stores(_Scope(dict(env), flat, decls), rsizes, partials)
 
-    def _block(self, scope: _Scope, psizes: list[int], rsizes: list[int], lo: int, hi: int) -> None:
+    def _col_stores(self, scope: _Scope, rsizes: list[int], partials: dict[str, list]) -> None:
+        """Combine each reduction across rows over the blocks' partial results, then store."""
+        for axis, (var, _) in enumerate(self.rvars):
+            shape = [1] * len(rsizes)
+            shape[axis] = rsizes[axis]
+            scope.vars[var] = torch.arange(rsizes[axis]).reshape(shape)
+        for r in (r for r in self.reductions if r.across):
+            blocks = partials[r.name]
+            outs = reduce_values(r.op, torch.zeros(math.prod(rsizes), 0, dtype=torch_compute(r.dtype))) \
+                if not blocks else tuple(reduce_values(r.op, torch.stack([b[k] for b in blocks], -1))[k]
+                                         for k in range(r.op.num_outputs))
+            for k, out in enumerate(outs):
+                scope.accs[(r.name, k)] = out.reshape(rsizes)
+        for s in self.col_stores:
+            scope.store(s.buffer, s.index, s.value, tuple(rsizes))
+
+    def _block(self, scope: _Scope, psizes: list[int], rsizes: list[int], lo: int, hi: int,
+               partials: dict[str, list]) -> None:
         ndim = len(psizes) + len(rsizes)
         sizes = ([hi - lo] + psizes[1:] if psizes else []) + rsizes
         for axis, (name, _) in enumerate(self.pvars + self.rvars):
@@ -252,13 +272,22 @@ class LoopNest:
         row = tuple(sizes[: len(psizes)]) + (1,) * len(rsizes)
         for phase in range(self.num_phases):
             for r in (r for r in self.reductions if r.level == phase):
-                self._reduce(scope, r, full, row)
+                if r.across:
+                    partials[r.name].append(self._reduce_across(scope, r, full, len(rsizes)))
+                else:
+                    self._reduce(scope, r, full, row)
             scope.memo.clear()
             for s in (s for s in self.elem_stores if s.phase == phase):
                 scope.store(s.buffer, s.index, s.value, full)
         scope.memo.clear()
         for s in self.row_stores:
             scope.store(s.buffer, s.index, s.value, row)
+
+    def _reduce_across(self, scope: _Scope, r, full, rdims: int) -> tuple[torch.Tensor, ...]:
+        """The block's partial result of a reduction across rows: one per point of the rdomain."""
+        v = scope.expr(r.body).expand(full)
+        cols = math.prod(full[len(full) - rdims:]) if rdims else 1
+        return reduce_values(r.op, v.reshape(-1, cols).transpose(0, 1))
 
     def _reduce(self, scope: _Scope, r, full, row) -> None:
         v = scope.expr(r.body).expand(full).reshape(row[: len(self.pvars)] + (-1,))
@@ -273,7 +302,7 @@ class KernelInterpreter:
         self.kernel = kernel
         k = kernel
         self.nest = LoopNest(_named(k.pvars(), k.pdomain), _named(k.rvars(), k.rdomain),
-                             k.reductions, k.elem_stores, k.row_stores)
+                             k.reductions, k.elem_stores, k.row_stores, k.col_stores)
 
     def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
         self.nest.run({n: buffers[n] for n in set(self.kernel.inputs) | set(self.kernel.outputs)},

@@ -168,13 +168,19 @@ class Reduction:
 
 @dataclass(frozen=True)
 class KReduction:
-    """A loop statement: ``acc = op over rdomain of body`` for the current row (a kernel's reduction)."""
+    """A loop statement: ``acc = op over rdomain of body`` for the current row (a kernel's reduction).
+
+    ``across``: reduced over the kernel's rows instead, one accumulator per point of the rdomain
+    (a layernorm's weight gradient, folded in by the row kernel of its input gradient as it passes
+    each element); final only after the last row, so only the kernel's ``col_stores`` read it.
+    """
 
     name: str
     op: ReduceOp
     body: Expr
     dtype: DType
     level: int
+    across: bool = False
 
 
 @dataclass(frozen=True)

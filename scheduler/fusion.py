@@ -7,7 +7,10 @@
 2. ``group_nodes`` visits the remaining nodes in order and adds each to an earlier group when
    its loops line up with the group's (same rows and reduced dimensions, or the rows alone, or
    the full domain) and every value it reads from the group is the one computed at the same
-   point; otherwise it opens a new group. Externs are groups of their own and never fuse.
+   point; otherwise it opens a new group. Externs are groups of their own and never fuse. For a
+   backend that runs reductions across rows (``Backend.reduces_across_rows``), a reduction over
+   the rows of a row group joins it as one (a layernorm backward's weight and bias gradients
+   join the kernel of its input gradient, which reads the same elements): ``across`` members.
 3. ``build_kernel`` rewrites a group into a ``Kernel``: reads of the group's reductions become
    accumulator references, and only values needed outside the group are stored.
 """
@@ -156,6 +159,7 @@ class Member:
     node: Node
     mapping: dict
     row_level: bool  # a pointwise node over the rows only (runs after the reduction loops)
+    across: bool = False  # a reduction over the group's rows (``KReduction.across``)
 
     @functools.cached_property
     def out_index(self) -> tuple[Index, ...]:
@@ -171,14 +175,15 @@ class Member:
         return out
 
 
-def place(n: Node, shape: LoopShape) -> Member | None:
-    """Map node ``n`` into a kernel of loop shape ``shape``, or None if the loops do not line up."""
+def place(n: Node, shape: LoopShape, across_rows: bool = False) -> Member | None:
+    """Map node ``n`` into a kernel of loop shape ``shape``, or None if the loops do not line up;
+    ``across_rows``: a reduction over the kernel's rows may join as one (``_across``)."""
     pv = domain_vars(shape.p, "p")
     rv = domain_vars(shape.r, "r")
     if isinstance(n, Reduction):
         mine = loop_shape(n)
         if mine != shape:
-            return None
+            return _across(n, shape) if across_rows else None
         mapping = _assign(n.index_vars(), n.domain, pv)
         mapping.update(_assign(n.reduction_vars(), n.rdomain, rv))
         return Member(n, mapping, row_level=False)
@@ -188,6 +193,25 @@ def place(n: Node, shape: LoopShape) -> Member | None:
     if shape.r and sq == shape.p:
         return Member(n, _assign(n.index_vars(), n.domain, pv), row_level=True)
     return None
+
+
+def _across(n: Reduction, shape: LoopShape) -> Member | None:
+    """``n`` as a reduction across the rows of a kernel of ``shape``: same full domain, ``n``
+    reduces exactly the rows and keeps the reduced dims. Only for row kernels that reduce their
+    trailing dims (the rows of a row-major tensor, whose elements the kernel reads in order)."""
+    mine = loop_shape(n)
+    full = shape.full
+    if not (shape.p and shape.r) or mine.full != full or n.op.spec.joint is not None:
+        return None
+    if shape.raxes != tuple(range(len(shape.p), len(full))) or mine.raxes != tuple(range(len(shape.p))):
+        return None
+    kernel_vars = iter(interleave(domain_vars(shape.p, "p"), domain_vars(shape.r, "r"), shape.raxes))
+    ivars, rvars = iter(n.index_vars()), iter(n.reduction_vars())
+    mapping = {}
+    for k, size in enumerate(n.full_domain()):
+        v = next(rvars) if k in n.axes else next(ivars)
+        mapping[as_var(v)] = Index.of(0) if size == 1 else next(kernel_vars)
+    return Member(n, mapping, row_level=False, across=True)
 
 
 @dataclass
@@ -206,8 +230,8 @@ class Group:
         return {o for m in self.members for o in m.node.outputs}
 
 
-def _rebind(members: list[Member], shape: LoopShape) -> list[Member] | None:
-    out = [place(m.node, shape) for m in members]
+def _rebind(members: list[Member], shape: LoopShape, across_rows: bool = False) -> list[Member] | None:
+    out = [place(m.node, shape, across_rows) for m in members]
     return None if any(m is None for m in out) else out
 
 
@@ -217,12 +241,13 @@ def node_reads(n: Node) -> set[str]:
     return {x.buffer for x in loads(n.body)}
 
 
-def group_nodes(nodes: list[Node]) -> list[Group]:
-    """Greedy fusion in program order (see the module docstring)."""
+def group_nodes(nodes: list[Node], across_rows: bool = False) -> list[Group]:
+    """Greedy fusion in program order (see the module docstring); ``across_rows``: reductions over
+    a row group's rows may join it."""
     groups: list[Group] = []
     owner: dict[str, Group] = {}
     for n in nodes:
-        placed = None if isinstance(n, Extern) else _try_join(n, groups, owner)
+        placed = None if isinstance(n, Extern) else _try_join(n, groups, owner, across_rows)
         if placed is None:
             shape = None if isinstance(n, Extern) else loop_shape(n)
             placed = Group(len(groups), shape, [Member(n, {}, False) if shape is None else place(n, shape)])
@@ -232,7 +257,7 @@ def group_nodes(nodes: list[Node]) -> list[Group]:
     return groups
 
 
-def _try_join(n: Node, groups: list[Group], owner: dict[str, Group]) -> Group | None:
+def _try_join(n: Node, groups: list[Group], owner: dict[str, Group], across_rows: bool) -> Group | None:
     reads = node_reads(n)
     deps = {owner[b].index for b in reads if b in owner}
     latest = max(deps, default=-1)
@@ -240,36 +265,40 @@ def _try_join(n: Node, groups: list[Group], owner: dict[str, Group]) -> Group | 
     candidates = sorted((g for g in groups if g.shape is not None and g.index >= latest),
                         key=lambda g: (g.index not in deps, -g.index))
     for g in candidates:
-        trial = _candidate(g, n)
+        trial = _candidate(g, n, across_rows)
         if trial is not None and _legal(trial):
             g.shape, g.members = trial
             return g
     return None
 
 
-def _candidate(g: Group, n: Node):
-    member = place(n, g.shape)
+def _candidate(g: Group, n: Node, across_rows: bool):
+    member = place(n, g.shape, across_rows)
     if member is not None:
         return g.shape, g.members + [member]
-    if isinstance(n, Reduction) and not g.shape.r:
+    if isinstance(n, Reduction):
         shape = loop_shape(n)
-        if shape.full == g.shape.p:
-            rebound = _rebind(g.members, shape)
+        if shape.full == g.shape.full:
+            # a pointwise group takes the reduction's loops; a group of reductions over other dims
+            # of the same domain is reduced across the rows of ``n``'s (when the backend can)
+            rebound = _rebind(g.members, shape, across_rows and bool(g.shape.r))
             if rebound is not None:
                 return shape, rebound + [place(n, shape)]
     return None
 
 
 def _legal(trial) -> bool:
-    """Every read of a value the group computes must be at the point the group computes it."""
+    """Every read of a value the group computes must be at the point the group computes it, and
+    nothing in the group reads a reduction across its rows (final only after the last row)."""
     _, members = trial
     index_of: dict[str, tuple] = {}
+    across = {o for m in members if m.across for o in m.node.outputs}
     for m in members:
         for o in m.node.outputs:
             index_of[o] = m.out_index
     for m in members:
         for buffer, indices in m.reads.items():
-            if buffer in index_of and any(i != index_of[buffer] for i in indices):
+            if buffer in across or (buffer in index_of and any(i != index_of[buffer] for i in indices)):
                 return False
     return True
 
@@ -285,7 +314,7 @@ def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str
     acc_of: dict[str, AccRef] = {}                    # reduction output -> its accumulator
     levels: dict[str, int] = {}                       # accumulator -> phase whose loop computes it
     reloaded: set[str] = set()
-    reductions, elem, row = [], [], []
+    reductions, elem, row, col = [], [], [], []
     var_memos: dict[frozenset, dict] = {}   # members with the same variable mapping share work
     body_memos: dict[int | None, dict] = {}
     for m in group.members:
@@ -295,11 +324,11 @@ def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str
         if isinstance(m.node, Reduction):
             acc = m.node.outs[0]
             levels[acc] = phase
-            reductions.append(KReduction(acc, m.node.op, body, body.dtype, phase))
+            reductions.append(KReduction(acc, m.node.op, body, body.dtype, phase, m.across))
             for k, o in enumerate(m.node.outs):
                 acc_of[o] = AccRef(acc, k, graph.buffers[o].dtype)
                 if o in needed_outside:
-                    row.append(KStore(o, m.out_index, acc_of[o]))
+                    (col if m.across else row).append(KStore(o, m.out_index, acc_of[o]))
             continue
         values[m.node.out] = (body, -1 if m.row_level else phase, m.out_index)
     for m in group.members:
@@ -307,7 +336,7 @@ def build_kernel(group: Group, graph: Graph, needed_outside: set[str], name: str
             body, phase, index = values[m.node.out]
             (row if m.row_level else elem).append(KStore(m.node.out, index, body, max(phase, 0)))
     return Kernel(name, group.shape.p, group.shape.r, reductions, elem, row,
-                  [n.name for n in group.nodes], graph.buffers)
+                  [n.name for n in group.nodes], graph.buffers, col)
 
 
 def _kernel_body(body: Expr, values, acc_of: dict[str, AccRef], phase: int | None, memo: dict,

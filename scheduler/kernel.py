@@ -5,7 +5,8 @@ Loop variables are ``p0..`` over ``pdomain`` (independent, parallel) and ``r0..`
 ``rdomain`` per phase: phase k updates the reductions of level k and performs the element stores
 of phase k; reductions of level k may read the finished results (``AccRef``) of lower levels.
 Row stores run after the last phase. A pointwise kernel has an empty ``rdomain`` and only
-element stores.
+element stores. Reductions ``across`` the rows (one accumulator per point of the rdomain, folded
+in during their phase's loop) are stored by ``col_stores`` once every row is done.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Kernel:
     row_stores: list[KStore]
     nodes: list[str]
     buffers: dict[str, Buffer] = field(repr=False, default_factory=dict)
+    col_stores: list[KStore] = field(default_factory=list)  # results of ``across`` reductions, in rvars
 
     @property
     def num_phases(self) -> int:
@@ -59,7 +61,7 @@ class Kernel:
 
     def expressions(self) -> list[Expr]:
         return ([r.body for r in self.reductions] + [s.value for s in self.elem_stores]
-                + [s.value for s in self.row_stores])
+                + [s.value for s in self.row_stores] + [s.value for s in self.col_stores])
 
     @property
     def inputs(self) -> list[str]:
@@ -68,7 +70,12 @@ class Kernel:
 
     @property
     def outputs(self) -> list[str]:
-        return [s.buffer for s in self.elem_stores + self.row_stores]
+        return [s.buffer for s in self.elem_stores + self.row_stores + self.col_stores]
+
+    @property
+    def across(self) -> list[KReduction]:
+        """The reductions across rows (``KReduction.across``)."""
+        return [r for r in self.reductions if r.across]
 
     def text(self, canonical: bool = False) -> str:
         """Readable (or canonical: renamed, size-free) text of the kernel."""
@@ -76,8 +83,10 @@ class Kernel:
         head = f"kernel p{p.shape(self.pdomain)} r{p.shape(self.rdomain)}"
         lines = [head] + [f"  in  {p.decl(b)}" for b in self.inputs]
         for r in self.reductions:
-            lines.append(f"  acc {p.buf(r.name)} = {r.op.value} level {r.level}: {p.expr(r.body)}")
-        for where, s in [(f"phase {s.phase}", s) for s in self.elem_stores] + [("row", s) for s in self.row_stores]:
+            across = " across" if r.across else ""
+            lines.append(f"  acc {p.buf(r.name)} = {r.op.value}{across} level {r.level}: {p.expr(r.body)}")
+        for where, s in ([(f"phase {s.phase}", s) for s in self.elem_stores] + [("row", s) for s in self.row_stores]
+                         + [("col", s) for s in self.col_stores]):
             idx = ", ".join(p.index(i) for i in s.index)
             lines.append(f"  {where} {p.decl(s.buffer)} [{idx}] = {p.expr(s.value)}")
         return "\n".join(lines)
@@ -102,6 +111,8 @@ class Kernel:
             total = total + elem * count_ops(s.value)
         for s in self.row_stores:
             total = total + row * count_ops(s.value)
+        for s in self.col_stores:
+            total = total + product(self.rdomain) * count_ops(s.value)
         return total
 
 

@@ -30,10 +30,11 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, Extern)]
 
 
-def schedule(graph: Graph, name: str = "kernel", plan: bool = True) -> Schedule:
-    """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory."""
+def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: bool = False) -> Schedule:
+    """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory;
+    ``across_rows``: the backend runs reductions across a kernel's rows (``fusion.group_nodes``)."""
     nodes = inline_pointwise(graph)
-    groups = group_nodes(nodes)
+    groups = group_nodes(nodes, across_rows)
     outputs = {o.buffer for o in graph.outputs}
     externs_read = extern_buffers(graph)
     reads_by_group = {g.index: set().union(*(node_reads(n) for n in g.nodes)) for g in groups}

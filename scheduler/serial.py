@@ -18,8 +18,10 @@ Layout (one statement a line; expressions and indices as in ``ir.serial``)::
     let $0 = exp(sub(x[p0, r0], acc(buf1, 0):float32))
     acc buf1 max float32 level 0 = x[p0, r0]
     acc buf4 sum float32 level 1 = $0
+    acc buf7 sum float32 across level 0 = ...  (a reduction across the rows)
     store phase 2 buf5[p0, r0] = truediv($0, acc(buf4, 0):float32)
     row phase 0 buf9[p0] = ...                (stores after the last phase)
+    col phase 0 buf8[r0] = acc(buf7, 0):float32  (stores of reductions across rows, after every row)
     end
 """
 from __future__ import annotations
@@ -56,8 +58,9 @@ def kernel_text(kernel: Kernel) -> str:
     lets = body.bind(kernel.expressions())
     lines = [f"let ${k} = {body.expr(e, define=True)}" for k, e in enumerate(lets)]
     for r in kernel.reductions:
-        lines.append(f"acc {r.name} {r.op.value} {r.dtype.name} level {r.level} = {body.expr(r.body)}")
-    for kind, stores in (("store", kernel.elem_stores), ("row", kernel.row_stores)):
+        across = " across" if r.across else ""
+        lines.append(f"acc {r.name} {r.op.value} {r.dtype.name}{across} level {r.level} = {body.expr(r.body)}")
+    for kind, stores in (("store", kernel.elem_stores), ("row", kernel.row_stores), ("col", kernel.col_stores)):
         for s in stores:
             index = ", ".join(body.index(i) for i in s.index)
             lines.append(f"{kind} phase {s.phase} {s.buffer}[{index}] = {body.expr(s.value)}")
@@ -112,7 +115,7 @@ class _KernelReader(IRReader):
         while self.at("buffer"):
             self._buffer()
         reductions: list[KReduction] = []
-        stores: dict[str, list[KStore]] = {"store": [], "row": []}
+        stores: dict[str, list[KStore]] = {"store": [], "row": [], "col": []}
         lines: dict[int, Token] = {}
         while not self.at("end"):
             tok = self.peek()
@@ -126,12 +129,14 @@ class _KernelReader(IRReader):
                 stores[tok.text].append(self._store())
                 lines[id(stores[tok.text][-1])] = tok
             else:
-                raise self.error(f"expected 'buffer', 'let', 'acc', 'store', 'row' or 'end', found {tok.describe()}")
+                raise self.error(f"expected 'buffer', 'let', 'acc', 'store', 'row', 'col' or 'end', found "
+                                 f"{tok.describe()}")
         self.next()
         self.accept_newline()
         if self.peek().kind != "end":
             raise self.error(f"expected end of text after 'end', found {self.peek().describe()}")
-        kernel = Kernel(name, pdomain, rdomain, reductions, stores["store"], stores["row"], nodes, self.buffers)
+        kernel = Kernel(name, pdomain, rdomain, reductions, stores["store"], stores["row"], nodes, self.buffers,
+                        stores["col"])
         _KernelChecker(self, kernel, lines).check()
         return kernel
 
@@ -208,12 +213,13 @@ class _KernelReader(IRReader):
         if op_tok.text not in _REDUCE_OPS:
             raise self.error(f"unknown reduction {op_tok.text!r}; expected one of {', '.join(_REDUCE_OPS)}", op_tok)
         dtype = self.dtype()
+        across = self.accept("across")
         self.expect("level")
         level = self.natural("the accumulator's level (its loop phase)")
         self.expect("=")
         body = self.statement_expr()
         self.end_line()
-        return KReduction(name, _REDUCE_OPS[op_tok.text], body, dtype, level)
+        return KReduction(name, _REDUCE_OPS[op_tok.text], body, dtype, level, bool(across))
 
     def _store(self) -> KStore:
         self.expect("phase")
@@ -243,6 +249,7 @@ class _KernelChecker:
                 raise self._error(r, f"accumulator {r.name!r} is defined twice")
             self.accs[r.name] = r
         self.rvars = {a for v in kernel.rvars() for a in v.atoms() if isinstance(a, Var)}
+        self.pvars = {a for v in kernel.pvars() for a in v.atoms() if isinstance(a, Var)}
 
     def _error(self, statement, message: str) -> ParseError:
         tok = self.lines[id(statement)]
@@ -260,8 +267,22 @@ class _KernelChecker:
             if used & self.rvars:
                 raise self._error(s, f"the row store to {s.buffer} uses a reduced loop variable; "
                                         f"row stores run after the reduction loops")
+        for r in k.across:
+            if r.op.spec.joint is not None:
+                raise self._error(r, f"accumulator {r.name}: a {r.op.value} cannot be reduced across rows")
+            if not (k.pdomain and k.rdomain):
+                raise self._error(r, f"accumulator {r.name} is reduced across rows, but the kernel has no rows "
+                                     f"or no reduced dims")
+        for s in k.col_stores:
+            self._expression(s, s.value, before=None, what=f"the col store to {s.buffer}", across=True)
+            used = {a for i in s.index for a in i.atoms()} | _atoms_in(s.value)
+            if used & self.pvars:
+                raise self._error(s, f"the col store to {s.buffer} uses a row loop variable; col stores "
+                                     f"run after every row")
 
-    def _expression(self, statement, root: Expr, before: int | None, what: str) -> None:
+    def _expression(self, statement, root: Expr, before: int | None, what: str, across: bool = False) -> None:
+        """Check ``root``: valid ops, and accumulators read where they are final (``across``: the
+        statement runs after every row, and reads only reductions across rows)."""
         for node in walk(root):
             if isinstance(node, Apply):
                 problem = apply_problem(node)
@@ -275,6 +296,10 @@ class _KernelChecker:
                 if node.output >= r.op.num_outputs:
                     raise self._error(statement, f"{what} reads output {node.output} of {r.name}, a "
                                                  f"{r.op.value} with {r.op.num_outputs} output(s)")
+                if r.across != across:
+                    where = "only col stores read it" if r.across else "col stores read only reductions across rows"
+                    raise self._error(statement, f"{what} reads {r.name}, {'' if r.across else 'not '}reduced "
+                                                 f"across rows: {where}")
                 if before is not None and r.level >= before:
                     raise self._error(statement, f"{what} reads {r.name} (level {r.level}) before its "
                                                  f"loop has finished")

@@ -233,7 +233,7 @@ def test_error_names_line_column_and_expectation(text):
     ("nodes max_1", "nodes max_1 max_1", ["listed twice"]),
     ("input float32 [64, 96]", "input float32 [p0, 96]", ["loop variable p0 is not allowed"]),
     ("end\n", "end\nend\n", ["expected end of text"]),
-    ("end\n", "", ["expected 'buffer', 'let', 'acc', 'store', 'row' or 'end'"]),
+    ("end\n", "", ["expected 'buffer', 'let', 'acc', 'store', 'row', 'col' or 'end'"]),
     ("loopnest kernel 1", "loopnest kernel 2", ["loopnest kernel 1"]),
     ("eq(abs(", "eq(abs(1:int64, ", ["abs takes 1 operand(s), got 2"]),
     ("where(eq(abs(acc(buf1, 0):float32), inf:float32), ", "where(abs(acc(buf1, 0):float32), ",

@@ -40,6 +40,8 @@ class Accumulator:
     r: KReduction
     var: str          # base name of the state variables
     index: str = ""   # "" for scalars, "[j]" for an element of lane arrays
+    wide: bool = False  # float32 sums and products in double (reductions across rows: one sequential
+                        # sum per column and thread, where a row's sum has a vector of partials)
 
     @property
     def spec(self) -> Reduction:
@@ -54,7 +56,10 @@ class Accumulator:
 
     def ctype(self, c: Component) -> str:
         """The C type of a component (flags are ints: ``|`` and ``&`` on ints vectorize)."""
-        return "int" if c.rule is Rule.FLAG else ctype(c.dtype(self.r.dtype))
+        if c.rule is Rule.FLAG:
+            return "int"
+        t = ctype(c.dtype(self.r.dtype))
+        return "double" if self.wide and t == "float" and c.combine in (Combine.ADD, Combine.MUL) else t
 
     @property
     def ty(self) -> str:

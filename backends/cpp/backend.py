@@ -32,6 +32,7 @@ class CppBackend:
     device = "cpu"
     hardware_kind = HardwareKind.CPU
     can_prebuild = True
+    reduces_across_rows = True  # KReduction.across: per-thread partial sums over the rows, combined after
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         return this_cpu()

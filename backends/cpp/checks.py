@@ -44,7 +44,17 @@ class ZeroDivision:
                 f"too on the CPU (check the divisor, or divide in floating point)")
 
 
-ErrorSite = IndexCheck | ZeroDivision
+@dataclass(frozen=True)
+class ScratchAllocation:
+    """The per-thread partial results of a kernel's reductions across rows, allocated per call."""
+
+    def message(self, value: int, bound: int) -> str:
+        return (f"could not allocate {value} bytes for the per-thread partial results of a reduction "
+                f"across rows")
+
+
+ACROSS_SCRATCH = ScratchAllocation()
+ErrorSite = IndexCheck | ZeroDivision | ScratchAllocation
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ def is_int_division(e) -> bool:
 def error_sites(kernel: Kernel, index_checks: bool) -> tuple[ErrorSite, ...]:
     """The kernel's distinct error sites in eager's order (site code = position + 1); index
     checks only when ``index_checks`` is on."""
-    sites: dict[ErrorSite, None] = {}
+    sites: dict[ErrorSite, None] = {ACROSS_SCRATCH: None} if kernel.across else {}
     for root in kernel.expressions():
         for node in _operands_first(root):
             if is_int_division(node):
@@ -118,7 +128,8 @@ def raise_recorded(slot, sites: tuple[ErrorSite, ...], kernel: str) -> None:
         raise RuntimeError(f"kernel {kernel} reported an unknown error code {code}")
     site = sites[code - 1]
     text = f"{site.message(slot[1], slot[2])} (in loopnest kernel {kernel})"
-    raise (KernelZeroDivisionError if isinstance(site, ZeroDivision) else KernelIndexError)(text)
+    kinds = {ZeroDivision: KernelZeroDivisionError, ScratchAllocation: MemoryError}
+    raise kinds.get(type(site), KernelIndexError)(text)
 
 
 # ``ln_fail`` is cold and out of line, so the hot path of a checked loop is one compare. Comes after

@@ -17,6 +17,7 @@ from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from .accumulators import Accumulator
+from .across import AcrossRows
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
@@ -179,8 +180,8 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
     Then the kernel runs "columns": each thread owns chunks of adjacent columns and keeps one
     accumulator per column, so every load stays a unit-stride vector load.
     """
-    if not kernel.pdomain or not kernel.reductions:
-        return False
+    if not kernel.pdomain or not kernel.reductions or kernel.across:
+        return False  # reductions across rows run in the rows loop nest
     last_p = as_var(kernel.pvars()[-1])
     rvars = {as_var(v) for v in kernel.rvars()}
     votes = 0
@@ -206,6 +207,8 @@ class KernelWriter:
         self.c = IndexPrinter(atom_name)  # sizes in C syntax (str(Index) writes // for floor)
         self.threads = f" num_threads({config.threads})" if config.threads else ""
         self.threads += self._parallel_if()
+        # reductions across rows: each thread's block partials, one element per point of the rdomain
+        self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -308,9 +311,17 @@ class KernelWriter:
         return {r.name: Accumulator(r, f"{prefix}{n}", index) for n, r in enumerate(self.k.reductions)}
 
     def phase_parts(self, phase: int, accs: dict[str, Accumulator]):
-        mine = [accs[r.name] for r in self.k.reductions if r.level == phase]
+        """This phase's accumulators (those across rows last: updated in the loop, declared and
+        finished by ``rows``) and element stores."""
+        mine = [accs[r.name] for r in self.k.reductions if r.level == phase and not r.across]
+        mine += [self.across[r.name] for r in self.k.across if r.level == phase]
         stores = [s for s in self.k.elem_stores if s.phase == phase]
         return mine, stores
+
+    @staticmethod
+    def own(accs: list[Accumulator]) -> list[Accumulator]:
+        """The accumulators a phase loop declares and finishes itself (not those across rows)."""
+        return [a for a in accs if not a.r.across]
 
     def body(self, indent: str, accs, mine, stores, position: str, per_row: bool = False,
              pre: CppEmitter | None = None, deferred: list[Deferred] | None = None,
@@ -361,11 +372,22 @@ class KernelWriter:
     # -- rows: each thread owns whole rows -------------------------------------------------------------
     def rows(self) -> None:
         pv = self.k.pvars()
-        self.parallel_for(len(pv))
-        indent = self.open_loops(pv, self.k.pdomain, "  ")
+        across = AcrossRows(self) if self.k.across else None
+        if across is not None:
+            across.open()
+            self.out("    ", f"#pragma omp for {self.cfg.omp_schedule}{f' collapse({len(pv)})' if len(pv) > 1 else ''}"
+                     " nowait")
+            indent = self.open_loops(pv, self.k.pdomain, "    ")
+        else:
+            self.parallel_for(len(pv))
+            indent = self.open_loops(pv, self.k.pdomain, "  ")
         results = self.reduce_rows(indent, "0", self.c(self.k.rdomain[0]))
         self.row_stores(indent, results)
+        if across is not None:
+            across.row_done(indent)
         self.close_loops(len(pv), indent)
+        if across is not None:
+            across.close()
 
     def reduce_rows(self, indent: str, lo: str, hi: str, prefix: str = "acc") -> dict[str, Accumulator]:
         """All phases over the reduced dims (the outermost in [lo, hi)); returns result accumulators."""
@@ -387,10 +409,10 @@ class KernelWriter:
     def scalar_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
         accs = {**self.accumulators(prefix=prefix), **results}
         mine, stores = self.phase_parts(phase, accs)
-        for a in mine:
+        for a in self.own(mine):
             self.out(indent, *a.declare())
         pre = self.hoisted(indent, accs, self.phase_exprs(mine, stores), self.k.rvars())
-        clauses = [c for a in mine for c in (a.simd_clauses() or ["-"])]
+        clauses = [c for a in self.own(mine) for c in (a.simd_clauses() or ["-"])]
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
@@ -402,16 +424,16 @@ class KernelWriter:
         self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
-        for a in mine:
+        for a in self.own(mine):
             self.out(indent, *a.finish())
-        return {a.r.name: a for a in mine}
+        return {a.r.name: a for a in self.own(mine)}
 
     def lane_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
         """A 1-D reduction in vectors of ``lanes`` partial states, combined at the end."""
         lanes = str(self.cfg.lanes)
         accs = {**self.accumulators("[j]", prefix), **results}
         mine, stores = self.phase_parts(phase, accs)
-        for a in mine:
+        for a in self.own(mine):
             self.out(indent, *a.declare(lanes))
         pre = self.hoisted(indent, accs, self.phase_exprs(mine, stores), self.k.rvars())
         r0 = as_var(self.k.rvars()[0]).name
@@ -423,8 +445,8 @@ class KernelWriter:
         self.body(indent + "    ", accs, mine, stores, r0, per_row=True, pre=pre,
                   count=f"(rc_ - ({lo})) / {lanes} + 1")  # every lane of a chunk has seen as many
         self.out(indent, "  }", "}")
-        first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in mine}
-        for a in mine:
+        first = {a.r.name: Accumulator(a.r, a.var, "[0]") for a in self.own(mine)}
+        for a in self.own(mine):
             self.out(indent, f"for (int64_t j = 1; j < {lanes}; ++j) {{")
             self.out(indent + "  ", *first[a.r.name].combine(a))
             self.out(indent, "}")

@@ -33,6 +33,7 @@ class TritonBackend:
     name = "triton"
     hardware_kind = HardwareKind.CUDA
     can_prebuild = False  # Triton compiles a kernel on its first launch, in the measuring process
+    reduces_across_rows = False  # a reduction across rows stays a kernel of its own
 
     @property
     def device(self) -> str:

@@ -119,6 +119,9 @@ def check_config(kernel: Kernel, config: TritonConfig) -> None:
 
 def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> Program:
     """The Triton module source and launch plan of ``kernel`` under ``config``."""
+    if kernel.across:
+        raise ValueError(f"kernel {kernel.name}: the Triton backend does not run reductions across rows "
+                         f"({', '.join(r.name for r in kernel.across)}); schedule for it with across_rows=False")
     check_config(kernel, config)
     return _Generator(kernel, config, settings).program()
 
