@@ -24,6 +24,9 @@
 //                e = exp(-|x|) for x < 0, so results down to denormals stay accurate.
 // NaN in, NaN out for every function; +-inf give the limits.
 #include <cstdint>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 namespace lnv {
 typedef float f4 __attribute__((vector_size(16)));
@@ -95,6 +98,11 @@ template <class V> static inline V exp_(V x) {
   V n = t - shifter;
   V r = fma_(n, splat<V>(-0x1.62e400p-1f), xc);
   r = fma_(n, splat<V>(-0x1.7f7d1cp-20f), r);
+#ifdef __AVX512F__
+  if constexpr (sizeof(V) == 64) {  // vscalefps: e^r * 2^n in one instruction, rounded once
+    return (V)_mm512_scalef_ps((__m512)poly(r, p), (__m512)n);
+  }
+#endif
   I<V> ni = bits(t) - bits(splat<V>(shifter));
   I<V> n1 = ni >> 1, n2 = ni - n1;
   V s1 = from_bits<V>((n1 + 127) << 23), s2 = from_bits<V>((n2 + 127) << 23);
