@@ -44,6 +44,7 @@ class LoweredGraph:
         self.compiled = compiled
         self.stats = stats
         self._carrier = torch.empty(1, device=compiled.device) if program.carriers else None
+        self._direct = _direct_outputs(program, compiled.device)
 
     def __call__(self, *args):
         return self.run(list(args))
@@ -51,8 +52,19 @@ class LoweredGraph:
     def run(self, args: list, compiled: CompiledGraph | None = None):
         """Run on a list of arguments (AOTAutograd's boxed convention); ``compiled``: another
         build of the same graph to run instead (the tuner's candidates)."""
+        direct = self._direct
+        if direct is not None and len(args) == self.program.num_args:
+            # static sizes, contiguous tensors on the device, outputs that are graph results: the
+            # arguments go to the compiled graph as they are (anything else takes the path below)
+            tensors = [args[i] for i in direct.positions]
+            if all(isinstance(t, torch.Tensor) and t.is_contiguous() and t.device.type == direct.device
+                   for t in tensors):
+                outs = (compiled or self.compiled)(*tensors, *self.program.constants)
+                return direct.kind(outs[k] for k in direct.outputs)
+        return self._run(args, compiled or self.compiled)
+
+    def _run(self, args: list, compiled: CompiledGraph):
         p = self.program
-        compiled = compiled or self.compiled
         self._check(args)
         env = {name: (int(args[a]) if d is None else args[a].shape[d]) for name, (a, d) in p.sym_sources.items()}
         fitted = [_fit(args[ti.position], ti, env, compiled.device) for ti in p.tensor_inputs]
@@ -71,6 +83,30 @@ class LoweredGraph:
         for ti in p.tensor_inputs:
             if not isinstance(args[ti.position], torch.Tensor):  # the message is built only on failure
                 check_tensor(f"{ti.position} ({ti.tensor.src.name[3:]}) of {self.stats.name}", args[ti.position])
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """How a simple program passes arguments and results through: which arguments are its
+    tensors, and which compiled results, in a list or tuple, are its outputs."""
+
+    positions: tuple[int, ...]
+    outputs: tuple[int, ...]
+    kind: type
+    device: str
+
+
+def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
+    """The pass-through of ``program`` when it has no symbols, carriers or mutations, compiled every
+    tensor argument contiguous, and returns a flat list or tuple of graph results; else None."""
+    leaves_ = program.outputs
+    if (program.sym_sources or program.carriers or program.mutations or type(leaves_) not in (list, tuple)
+            or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
+            or any(not isinstance(leaf, OutputLeaf) or leaf.kind is not LeafKind.GRAPH or leaf.carrier is not None
+                   for leaf in leaves_)):
+        return None
+    return _Direct(tuple(ti.position for ti in program.tensor_inputs), tuple(leaf.value for leaf in leaves_),
+                   type(leaves_), device)
 
 
 class BoxedGraph:
