@@ -10,6 +10,7 @@ from typing import Sequence
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch import config as functorch_config
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import aot_cache
 from .decompositions import decomposition_table, table_fingerprint
@@ -81,7 +82,8 @@ class AtenCompiler:
             outputs = gm.graph.output_node().args[0]
             self._to_store = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
-                           inference_compiler=self.inference, decompositions=decomposition_table())
+                           inference_compiler=self.inference, decompositions=decomposition_table(),
+                           partition_fn=min_cut_rematerialization_partition)
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
             return aot(gm, example_inputs)
         with functorch_config.patch(decompose_custom_triton_ops=False):

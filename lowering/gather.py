@@ -12,6 +12,7 @@ import torch
 from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir.index import Index, IndexCheck
+from ..ir.ops import Op
 from . import tensors as T
 from .registry import Unsupported, register_lowering
 from .views import norm_dim
@@ -30,6 +31,27 @@ def _gather(ctx, x, dim, index, sparse_grad=False):
     base = x if shape == tuple(x.shape) else T.view(x, shape, lambda idx: idx, "gather_window")
     out = T.take(base, dim, index, IndexCheck("gather", dim, wrap=False))
     return dslf.reshape(out, ctx.out_shape()) if tuple(out.shape) != tuple(ctx.out_shape()) else out
+
+
+@register_lowering(aten.scatter.value, aten.scatter.src)
+def _scatter(ctx, x, dim, index, src):
+    """``x`` with ``src`` written at ``index`` along ``dim``, when ``index`` holds one position per
+    row along ``dim`` and covers ``x`` elsewhere (the one-hot of nll_loss's backward): a ``where``
+    over ``x``'s positions, its index checked as eager checks it. Other scatters go through ATen."""
+    if x.ndim == 0 or index.ndim != x.ndim:
+        raise Unsupported("scatter of a 0-d tensor or with an index of another rank")
+    dim = norm_dim(dim, x.ndim)
+    if index.shape[dim] != 1 or any(index.shape[k] != x.shape[k] for k in range(x.ndim) if k != dim):
+        raise Unsupported("scatter of several positions per row along dim, or with an index smaller than x")
+    positions = T.iota(x.shape, dim)
+    chosen = T.take(positions, dim, index, IndexCheck("scatter", dim, wrap=False))  # index[i], checked
+    mask = dslf.apply(Op.EQ, positions, T.expand(chosen, x.shape))
+    if isinstance(src, Tensor):
+        first = T.view(src, index.shape, lambda idx: idx[:dim] + (Index.of(0),) + idx[dim + 1:], "scatter_src")
+        value = T.expand(T.cast(first, x.dtype), x.shape)
+    else:
+        value = T.full(x.shape, src, x.dtype)
+    return dslf.where(mask, value, x)
 
 
 @register_lowering(aten.index_select.default)

@@ -373,8 +373,9 @@ print("ok", ln.counters["graphs_compiled"])
     assert out.stdout.strip().splitlines()[-1] == "ok 2"
 
 
-def test_saved_views_of_inputs_are_returned_as_views_not_copies():
-    """A Linear's forward saves the transposed weight: a view of the input, so no copy kernel."""
+def test_saved_inputs_and_views_of_inputs_are_returned_not_copied():
+    """A forward saves inputs (a Linear's weight) and views of them (``x @ w.t()`` saves ``w.t()``)
+    for the backward: returned as the arguments, or views of them, never copied by a kernel."""
     recorded = []
     lin = nn.Linear(4, 3)
     f = torch.compile(lin, backend="loopnest", options={"recorder": recorded.append})
@@ -382,8 +383,17 @@ def test_saved_views_of_inputs_are_returned_as_views_not_copies():
     f(x).sum().backward()
     fwd = recorded[0]
     assert fwd.compiled.schedule.kernels == []
-    assert "arg_view" in {leaf.kind for leaf in fwd.program.outputs}
+    assert "arg" in {leaf.kind for leaf in fwd.program.outputs}
     torch.testing.assert_close(lin.weight.grad, x.detach().sum(0, keepdim=True).expand(3, 4))
+
+    recorded.clear()
+    w = torch.randn(3, 4, requires_grad=True)
+    g = torch.compile(lambda x, w: (x @ w.t() * 2).sum(), backend="loopnest", options={"recorder": recorded.append})
+    g(x, w).backward()
+    fwd = recorded[0]
+    assert "arg_view" in {leaf.kind for leaf in fwd.program.outputs}
+    assert all(s.buffer not in fwd.program.graph.inputs for k in fwd.compiled.schedule.kernels for s in k.elem_stores)
+    torch.testing.assert_close(w.grad, 2 * x.detach().sum(0, keepdim=True).expand(3, 4))
 
 
 def test_tune_db_serves_winners_swept_through_torch_compile():

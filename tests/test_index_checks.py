@@ -277,3 +277,35 @@ def test_the_error_of_the_op_eager_runs_first_wins():
         f(x, t, y)
     with pytest.raises(IndexError, match=r"gather: index 3 is out of bounds for dimension 1 with size 3"):
         _compiled(f)(x, t, y)
+
+
+def _scatters(x, t, s):
+    rows = torch.cat([t, t[:2]]).remainder(4)[None, :]  # one row position per column of x
+    return x.scatter(1, t[:, None], -1.0) * 2, torch.zeros_like(x).scatter(0, rows, s) + 1
+
+
+def test_one_position_scatters_are_kernels_matching_eager():
+    """scatter with one index per row along its dim (nll_loss's backward one-hot) is a ``where``
+    in the kernel, not an ATen call, and checks its index as eager does."""
+    x, s = torch.randn(4, 6), torch.randn(4, 6)
+    t = torch.tensor([5, 0, 2, 3])
+    info = ln.explain(_scatters, x, t, s)
+    assert not info.fallbacks, info.fallbacks
+    for got, want in zip(_compiled(_scatters)(x, t, s), _scatters(x, t, s)):
+        assert_close(got, want, "scatter")
+    with pytest.raises(RuntimeError, match="index 6 is out of bounds"):
+        _scatters(x, torch.tensor([6, 0, 2, 3]), s)
+    with pytest.raises(IndexError, match=r"scatter: index 6 is out of bounds for dimension 1 with size 6"):
+        _compiled(_scatters)(x, torch.tensor([6, 0, 2, 3]), s)
+
+
+def test_cross_entropy_backward_has_no_aten_scatter():
+    x = torch.randn(8, 50, requires_grad=True)
+    t = torch.randint(0, 50, (8,))
+    graphs = []
+    f = torch.compile(lambda x, t: F.cross_entropy(x, t), backend="loopnest",
+                      options={"backend": "cpp", "tune": "off", "recorder": graphs.append})
+    f(x, t).backward()
+    want = torch.autograd.grad(F.cross_entropy(x, t), x)[0]
+    assert_close(x.grad, want, "grad")
+    assert [fb for g in graphs for fb in g.program.fallbacks] == []

@@ -175,7 +175,8 @@ def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> st
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:
-    """True when loads are contiguous along the last row variable rather than a reduced one.
+    """True when the loads that stream through the reduced dims are contiguous along the last row
+    variable rather than a reduced one.
 
     Then the kernel runs "columns": each thread owns chunks of adjacent columns and keeps one
     accumulator per column, so every load stays a unit-stride vector load.
@@ -188,6 +189,8 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
     for e in kernel.expressions():
         for ld in loads(e):
             flat = kernel.buffers[ld.buffer].layout.flat_index(ld.index)
+            if not flat.free_vars() & rvars:
+                continue  # the same for a whole row (a per-row statistic): read once either way
             unit = {m[0] for m, c in flat.terms if len(m) == 1 and c == 1}
             votes += 1 if last_p in unit else (-1 if unit & rvars else 0)
     return votes > 0
