@@ -212,12 +212,11 @@ def cmd_db_import(args) -> int:
 
 
 def cmd_db_gc(args) -> int:
-    from .autotune.storage import delete_orphans, optuna_storage
+    from .autotune.optuna_tables import delete_orphans
 
     db = _db(args)
     repaired = db.repair()
-    repaired["optuna_orphans"] = delete_orphans(optuna_storage(db.url, TuneSettings().heartbeat_s,
-                                                               TuneSettings().grace_s))
+    repaired["optuna_orphans"] = delete_orphans(db.engine)
     row = {"deleted_trials": db.gc(args.older_than), "older_than_days": args.older_than, **repaired}
     emit(args, [row], tuple(col(k) for k in row))
     return 0

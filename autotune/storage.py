@@ -18,8 +18,10 @@ from functools import lru_cache
 
 import optuna
 from optuna.storages._rdb import models as optuna_models
-from sqlalchemy import delete, event, make_url, select
+from sqlalchemy import event, make_url, select
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+from .optuna_tables import delete_orphans
 
 log = logging.getLogger("loopnest.autotune")
 
@@ -61,18 +63,6 @@ def optuna_storage(url: str, heartbeat_s: int, grace_s: int) -> optuna.storages.
     return storage
 
 
-def delete_orphans(storage: optuna.storages.RDBStorage) -> int:
-    """Delete rows of Optuna's tables whose study or trial row is gone; return how many. Parents
-    come first (``sorted_tables``), so a deleted study's trials go before their parameters."""
-    deleted = 0
-    with storage.engine.begin() as conn:
-        for table in optuna_models.BaseModel.metadata.sorted_tables:
-            for fk in table.foreign_keys:
-                stmt = delete(table).where(fk.parent.not_in(select(fk.column)))
-                deleted += conn.execute(stmt).rowcount
-    return deleted
-
-
 def open_study(storage: optuna.storages.BaseStorage | None, name: str,
                sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create or load the study ``name`` (minimizing the median time in µs). Optuna's rows left by
@@ -83,7 +73,7 @@ def open_study(storage: optuna.storages.BaseStorage | None, name: str,
     try:
         return create()
     except (KeyError, optuna.exceptions.DuplicatedStudyError) as exc:
-        if not isinstance(storage, optuna.storages.RDBStorage) or not delete_orphans(storage):
+        if not isinstance(storage, optuna.storages.RDBStorage) or not delete_orphans(storage.engine):
             raise RuntimeError(f"Optuna study {name!r} in {storage_url(storage)} cannot be opened ({exc!r}); "
                                f"delete it (`optuna delete-study --study-name '{name}' --storage URL`) "
                                "and sweep again: loopnest's winners and ln_trials rows are kept") from exc
