@@ -2,7 +2,8 @@
 
 Every subcommand takes ``--db URL`` (default ``$LOOPNEST_DB``, else a SQLite file in the user
 cache dir) and ``--format table|json``. Usage errors print the subcommand's help; any other
-error is one ``autotune: ...`` line and exit status 2 (130 after Ctrl-C).
+error is one ``autotune: ...`` line and exit status 2 (130 after Ctrl-C); a missing optional
+dependency (psycopg, matplotlib) is such a line, naming the extra that installs it.
 
 Subcommands import what they use when they run (the tuning DB's SQLAlchemy, torch, Optuna,
 matplotlib), so ``autotune --help`` and the DB queries start without torch.
@@ -123,14 +124,16 @@ def cmd_sweep(args) -> int:
             print(f"autotune: sweeping {spec} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             failed.append(spec)
             continue
-        rows += [{"workload": spec, **r.to_json(), "trials": f"{r.ok}/{r.failed}", "winner": r.winner}
-                 for r in reports]
+        rows += [{"workload": spec, **r.to_json(), "trials": f"{r.ok}/{r.failed}", "winner": r.winner,
+                  "in_call_x": r.in_call["default_us"] / r.in_call["challenger_us"] if r.in_call else None,
+                  "wall_us": r.wall_s * 1e6 if r.wall_s is not None else None} for r in reports]
     if args.format == "json":
         for row in rows:
-            del row["winner"]  # the JSON rows stay as they were
+            for extra in ("winner", "in_call_x", "wall_us"):  # table columns; JSON has in_call and wall_s
+                del row[extra]
     emit(args, rows, (col("workload"), col("kernel"), col("sizes"), col("default_us", duration, "default"),
-                      col("best_us", duration, "best"), col("speedup", speedup), col("winner"), col("trials"),
-                      col("stored")))
+                      col("best_us", duration, "best"), col("speedup", speedup), col("in_call_x", speedup, "in-call"),
+                      col("winner"), col("trials"), col("wall_us", duration, "wall"), col("stored")))
     return 1 if failed else 0
 
 
@@ -287,10 +290,8 @@ def cmd_queue(args) -> int:
 
 
 def cmd_report(args) -> int:
-    try:
-        from .autotune.report import write_report
-    except ImportError as exc:
-        raise ValueError(f"report needs {exc.name}: pip install 'loopnest[plots]'") from None
+    from .autotune.report import write_report  # without matplotlib: one line from _failure
+
     import optuna
 
     from .db.api import resolve_url
@@ -438,8 +439,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Optional dependencies: module -> (the extra that installs it, what needs it).
+EXTRAS = {"psycopg": ("postgres", "a postgresql+psycopg:// tuning DB"), "matplotlib": ("plots", "report")}
+
+
 def _failure(exc: BaseException, args) -> str | None:
     """The one line to print for an error a user can fix (None: a bug, let it raise)."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").partition(".")[0] in EXTRAS:
+        module = exc.name.partition(".")[0]
+        extra, what = EXTRAS[module]
+        return f"{what} needs {module}, which is not installed: pip install 'loopnest[{extra}]'"
     if type(exc).__module__.startswith("sqlalchemy"):
         from .db.api import resolve_url
         from .db.engine import unavailable

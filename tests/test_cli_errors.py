@@ -164,3 +164,38 @@ def running(path) -> bool:
             return conn.execute("SELECT count(*) FROM ln_trials WHERE state = 'running'").fetchone()[0] > 0
     except sqlite3.OperationalError:  # tables not created yet
         return False
+
+
+WITHOUT = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # importing it raises ModuleNotFoundError, as when it is not installed
+from loopnest.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def without(modules: list[str], argv: list[str]) -> subprocess.CompletedProcess:
+    """``autotune argv`` in a process where ``modules`` cannot be imported."""
+    return subprocess.run([sys.executable, "-c", WITHOUT, ",".join(modules), *argv], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("module, argv, line", [
+    ("psycopg", ["db", "list", "--db", "postgresql+psycopg://loopnest@127.0.0.1:9/tuning"],
+     "autotune: a postgresql+psycopg:// tuning DB needs psycopg, which is not installed: "
+     "pip install 'loopnest[postgres]'"),
+    ("matplotlib", ["report", "ln:softmax", "--out", "report.png"],
+     "autotune: report needs matplotlib, which is not installed: pip install 'loopnest[plots]'"),
+], ids=["psycopg", "matplotlib"])
+def test_a_missing_optional_dependency_is_one_line_naming_its_extra(tmp_path, module, argv, line):
+    argv = argv if "--db" in argv else [*argv, "--db", f"sqlite:///{tmp_path / 't.db'}"]
+    run = without([module], argv)
+    assert (run.returncode, run.stderr.strip().splitlines()) == (2, [line]), run.stderr
+
+
+def test_commands_that_need_no_optional_dependency_run_without_them(tmp_path):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    for argv in (["--help"], ["db", "list", "--db", url], ["db", "gc", "--db", url]):
+        run = without(["psycopg", "matplotlib"], argv)
+        assert run.returncode == 0 and run.stderr == "", (argv, run.stderr)
