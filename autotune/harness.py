@@ -9,12 +9,16 @@ real inputs without running the rest of the graph. Verification of a candidate:
   with the eager ones;
 * without: the candidate runs alone on a copy of its inputs with poisoned outputs, compared with
   the reference interpreter (``ir.interpret``) evaluating the same kernel.
+
+``user_call`` is the graph run with a candidate swapped in and nothing else changed: what the
+tuner's final decision times (``final.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import torch
 
@@ -112,3 +116,13 @@ class GraphHarness:
         call = self.calls[kernel.name]
         counters["benchmarks_run"] += 1
         return self.compiled.backend.time(lambda: launcher(call.buffers, call.syms), self.bench)
+
+    def user_call(self, kernel: Kernel, launcher: Launcher) -> Callable[[], None]:
+        """The user's call with ``launcher`` in place of the kernel's: the graph run through
+        ``run`` on the example inputs, every other kernel and allocation as the user gets them."""
+        graph = self.compiled.with_launchers({kernel.name: launcher})
+        return lambda: self.run(graph)
+
+    def measuring(self) -> ContextManager:
+        """Held around a sequence of timings (nothing to hold: the graph harness owns its device)."""
+        return contextlib.nullcontext()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Callable, ContextManager
 
 import torch
 
@@ -97,3 +98,13 @@ class KernelHarness:
         counters["benchmarks_run"] += 1
         with self._lock():
             return self.backend.time(lambda: launcher(call.buffers, call.syms), self.bench)
+
+    def user_call(self, kernel: Kernel, launcher: Launcher) -> Callable[[], None]:
+        """The closest this harness has to a user's call: the launcher on the populated buffers
+        (there is no graph around the kernel)."""
+        call = self.calls[kernel.name]
+        return lambda: launcher(call.buffers, call.syms)
+
+    def measuring(self) -> ContextManager:
+        """The device lock, held around a sequence of timings."""
+        return self._lock()

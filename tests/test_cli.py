@@ -45,7 +45,8 @@ def test_sweep_prints_the_table(tmp_path, capsys):
     code, out = run(capsys, "sweep", "full_absmax", "--size", "tiny", "--trials", "2", "--db", url, "--no-progress")
     assert code == 0
     header = out.splitlines()[0].split()
-    assert header == ["workload", "kernel", "sizes", "default", "best", "speedup", "winner", "trials", "stored"]
+    assert header == ["workload", "kernel", "sizes", "default", "best", "speedup", "in-call", "winner", "trials",
+                      "wall", "stored"]
     assert "full_absmax/ln_fx_0" in out and "5000" in out and url in out
     assert " µs" in out and "x " in out  # times carry units, speedups read 1.23x
 
