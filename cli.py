@@ -108,6 +108,7 @@ def cmd_sweep(args) -> int:
     settings = TuneSettings(trials=args.trials, time_budget_s=args.time_budget, timeout_s=args.timeout,
                             sampler=args.sampler, db_url=resolve_url(args.db), study_prefix=args.study,
                             seed=args.seed, force=True, progress=not args.no_progress,
+                            early_stop=not args.no_early_stop,
                             **({"workers": args.workers} if args.workers else {}))
     for spec in args.workloads:
         resolve(spec)  # an unknown name is a usage error before anything runs
@@ -353,6 +354,9 @@ def _sweep_parser(sub) -> None:
     p.add_argument("--size", choices=SIZE_CLASSES, help="input sizes (default: gpu on CUDA, else cpu)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--workers", type=int, help="parallel compiles (default: CPU count)")
+    p.add_argument("--no-early-stop", action="store_true",
+                   help=f"run every trial even when the best stops improving (default: stop, after at least "
+                        f"{defaults.early_stop_after} trials)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(p)
     p.set_defaults(handler=cmd_sweep)

@@ -21,7 +21,9 @@ class TuneSettings:
     named ``{study_prefix}:{tuning key}``. ``workers``: candidates compiled in parallel.
     ``heartbeat_s``/``grace_s``: a running trial whose sweep stopped sending heartbeats for
     ``grace_s`` is failed by the next sweep of its study. ``force``: sweep kernels that already
-    have an exact winner. ``measure_s``: CPU seconds spent timing one config.
+    have an exact winner. ``measure_s``: CPU seconds spent timing one config. ``early_stop``: end a
+    study once its best stops improving (``early_stop.py``: no gain above 2% over the last
+    max(5, 40%) of its measured trials), never before ``early_stop_after`` measured trials.
     """
 
     trials: int = 24
@@ -37,11 +39,13 @@ class TuneSettings:
     force: bool = False
     progress: bool = False
     measure_s: float = 0.25
+    early_stop: bool = True
+    early_stop_after: int = 12
 
     def __post_init__(self):
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
-        for name in ("trials", "workers", "heartbeat_s", "grace_s"):
+        for name in ("trials", "workers", "heartbeat_s", "grace_s", "early_stop_after"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")

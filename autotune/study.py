@@ -8,7 +8,8 @@ budget counts them once). The budget is the study's total across every process s
 (``budget.py``), and processes take each other's finished results instead of re-measuring them.
 Warm starts (the default config, winners at the nearest shapes, a stale winner) are enqueued
 before anything is sampled. Points the space's static constraints reject are told as failed
-without compiling. Each trial's config and outcome are kept in its user attributes.
+without compiling. Each trial's config and outcome are kept in its user attributes. A study also
+ends when its best stops improving (``early_stop.py``; ``TuneSettings.early_stop``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tqdm import tqdm
 
 from ..db.api import TrialState
 from .budget import BUDGET_ATTR, INTERRUPTED_ATTR, interrupted, spent, study_lock, to_remeasure
+from .early_stop import measured_times, stalled
 from .evaluate import Outcome
 from ..core.timing import Timing
 from .options import TuneSettings
@@ -250,12 +252,14 @@ class StudyLoop:
         self.seen: set[str] = set()
         self.invalid: set[str] = set()
         self.spent = 0
+        self.times: list[float | None] = []  # p50 of each measured trial, in order (``early_stop.py``)
         self._refresh()
 
     def _refresh(self) -> list[optuna.trial.FrozenTrial]:
         """Read the study back from storage: the budget spent, and every process's results."""
         trials = self.study.get_trials(deepcopy=False)
         self.spent = spent(trials, self.tag)
+        self.times = measured_times(trials, self.tag)
         for key, found in previous_results(trials, self.space, self.tag).items():
             self.result.results.setdefault(key, found)
         finished = [t for t in trials if t.state in (OptunaState.COMPLETE, OptunaState.FAIL) and not interrupted(t)]
@@ -301,12 +305,14 @@ class StudyLoop:
             return "time budget"
         if len(self.seen) >= self.space.size:
             return "space exhausted"
+        if s.early_stop and stalled(self.times, s.early_stop_after):
+            return "no improvement"
         if self.result.asked >= MAX_ASKS_PER_TRIAL * s.trials:
             return "too many invalid or repeated points"
         return ""
 
     def run(self) -> StudyResult:
-        """Loop until a budget is spent or the space is exhausted."""
+        """Loop until a budget is spent, the space is exhausted or the best stops improving."""
         start = time.monotonic()
         bar = tqdm(total=self.settings.trials, initial=min(self.spent, self.settings.trials),
                    desc=self.label, disable=not self.settings.progress, leave=False, unit="trial")

@@ -103,7 +103,7 @@ def replay(space, table: dict, sampler: str, seed: int, workers: int, max_trials
     """Best-so-far time after each of at most ``max_trials`` measured configs, for one sampler and seed."""
     n = sum(1 for r in table["rows"] if r["p50_us"] is not None)
     settings = TuneSettings(trials=min(len(table["rows"]), max_trials), time_budget_s=1e9, sampler=sampler, seed=seed,
-                            workers=workers)
+                            workers=workers, early_stop=False)  # the whole curve
     study = optuna.create_study(direction="minimize", sampler=make_sampler(sampler, space, n, seed))
     enqueue_warm_starts(study, space, [(space.config(table["default"]), "default")])
     result = StudyLoop(study, space, TableEvaluator(space, table), settings, "replay").run()
