@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from ..ir.expr import Apply, Expr, loads, walk
 from ..ir.hashing import structural_digest
-from ..ir.index import Index, product, symbols_in
+from ..ir.index import Index, as_var, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
 from ..ir.printer import Printer
 
@@ -62,6 +62,20 @@ class Kernel:
     def expressions(self) -> list[Expr]:
         return ([r.body for r in self.reductions] + [s.value for s in self.elem_stores]
                 + [s.value for s in self.row_stores] + [s.value for s in self.col_stores])
+
+    def streaming_loads(self) -> list[frozenset]:
+        """For each load whose address moves with the reduced dims (in any phase), the loop
+        variables whose unit step moves it by one element. Loads the same for a whole row (a
+        per-row statistic, a target index) are left out: they are read once per row whatever
+        the loop order, so they say nothing about which order keeps loads contiguous."""
+        rvars = {as_var(v) for v in self.rvars()}
+        out = []
+        for e in self.expressions():
+            for ld in loads(e):
+                flat = self.buffers[ld.buffer].layout.flat_index(ld.index)
+                if flat.free_vars() & rvars:
+                    out.append(frozenset(m[0] for m, c in flat.terms if len(m) == 1 and c == 1))
+        return out
 
     @property
     def inputs(self) -> list[str]:

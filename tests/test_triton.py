@@ -327,6 +327,20 @@ def test_16_bit_rows_take_larger_tiles():
     assert tile(ln.bfloat16) > tile(ln.float32)
 
 
+def test_per_row_loads_do_not_vote_for_column_tiles():
+    """A row kernel whose reduction reads only a per-row value (cross-entropy's backward sums a
+    one-hot of the target) streams its rows in a later phase: it keeps row tiles. Voting with the
+    target's load had given it 32x32 column tiles (5x slower on an H200)."""
+    x = ln.placeholder("x", (4096, 128256), ln.bfloat16)
+    t = ln.placeholder("t", (4096, 1), ln.float32)
+    per_row = ln.sum(ln.broadcast_to(t, (4096, 128256)), 1, keepdim=True)
+    grad = ln.exp(ln.cast(x, ln.float32)) * per_row
+    (kernel,) = kernels_of([ln.cast(grad, ln.bfloat16)], [x, t])
+    assert kernel.reductions and kernel.elem_stores
+    cfg = registry.get("triton").default_config(kernel)
+    assert cfg.XBLOCK == 1 and cfg.RBLOCK >= 1024, cfg
+
+
 def _gpu_cases():
     x, y = ln.placeholder("x", ("N", 48), ln.float32), ln.placeholder("y", (6, 48), ln.bfloat16)
     i = ln.placeholder("i", ("N", 5), ln.int64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, loads, walk
+from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
@@ -185,14 +185,7 @@ def reduces_outer_dim(kernel: Kernel) -> bool:
         return False  # reductions across rows run in the rows loop nest
     last_p = as_var(kernel.pvars()[-1])
     rvars = {as_var(v) for v in kernel.rvars()}
-    votes = 0
-    for e in kernel.expressions():
-        for ld in loads(e):
-            flat = kernel.buffers[ld.buffer].layout.flat_index(ld.index)
-            if not flat.free_vars() & rvars:
-                continue  # the same for a whole row (a per-row statistic): read once either way
-            unit = {m[0] for m, c in flat.terms if len(m) == 1 and c == 1}
-            votes += 1 if last_p in unit else (-1 if unit & rvars else 0)
+    votes = sum(1 if last_p in unit else -1 if unit & rvars else 0 for unit in kernel.streaming_loads())
     return votes > 0
 
 

@@ -41,7 +41,7 @@ import torch
 from ...ir.expr import loads
 from ...ir.index import as_var, product
 from ...scheduler.kernel import Kernel
-from .indexing import contiguous_var, transposed_split
+from .indexing import transposed_split
 from .params import Strategy, TritonConfig, next_pow2
 
 H200_SMS = 132
@@ -71,13 +71,10 @@ def _prev_pow2(n: int) -> int:
 
 
 def _strided_reduction(kernel: Kernel) -> bool:
-    """True when the main loads move contiguously along the rows rather than the reduced dims."""
+    """True when the loads that stream through the reduced dims (``Kernel.streaming_loads``)
+    move contiguously along the rows rather than the reduced dims."""
     rvars = {as_var(v) for v in kernel.rvars()}
-    votes = 0
-    for r in kernel.reductions:
-        for node in loads(r.body):
-            var = contiguous_var(kernel, node.buffer, node.index)
-            votes += 1 if var is not None and var not in rvars else -1 if var in rvars else 0
+    votes = sum(-1 if unit & rvars else 1 if unit else 0 for unit in kernel.streaming_loads())
     return votes > 0
 
 
