@@ -18,6 +18,7 @@ import torch
 from ..core.hardware import HardwareInfo, HardwareKind
 from ..core.space import SearchSpace
 from ..core.timing import BenchOptions, Timing
+from ..ir.index import Index
 from ..scheduler.kernel import Kernel
 
 # A launcher runs one kernel: launcher(buffers: dict[name, torch.Tensor], syms: dict[name, int]).
@@ -41,7 +42,6 @@ class Backend(Protocol):
     name: str                    # "cpp", "triton": the key of its winners in the tuning DB
     hardware_kind: HardwareKind  # the hardware its winners are measured on
     can_prebuild: bool           # compiles candidates ahead, in other processes (``prebuild``)
-    reduces_across_rows: bool    # runs reductions across a kernel's rows (``KReduction.across``)
 
     @property
     def device(self) -> str:
@@ -55,6 +55,10 @@ class Backend(Protocol):
 
     def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         """The tunable knobs of ``kernel`` on ``hardware``; the default config is a point of it."""
+
+    def reduces_across_rows(self, rdomain: tuple[Index, ...]) -> bool:
+        """True when a reduction over the rows of a row kernel reducing ``rdomain`` may join that
+        kernel (``KReduction.across``); the scheduler asks it for each such fusion."""
 
     def default_config(self, kernel: Kernel) -> Config:
         """The heuristic config used when the tuning database has no entry."""

@@ -8,8 +8,8 @@
    its loops line up with the group's (same rows and reduced dimensions, or the rows alone, or
    the full domain) and every value it reads from the group is the one computed at the same
    point; otherwise it opens a new group. Externs are groups of their own and never fuse. For a
-   backend that runs reductions across rows (``Backend.reduces_across_rows``), a reduction over
-   the rows of a row group joins it as one (a layernorm backward's weight and bias gradients
+   backend that runs reductions across rows (``Backend.reduces_across_rows``, asked with the
+   group's reduced dims), a reduction over the rows of a row group joins it as one (a layernorm backward's weight and bias gradients
    join the kernel of its input gradient, which reads the same elements): ``across`` members.
 3. ``build_kernel`` rewrites a group into a ``Kernel``: reads of the group's reductions become
    accumulator references, and only values needed outside the group are stored.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..core.trees import leaves
 from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
@@ -28,6 +29,19 @@ from ..ir.ops import Op
 from ..ir.nodes import (BufferRef, Extern, Graph, KReduction, KStore, Node, Pointwise, Reduction, domain_vars,
                         interleave)
 from .kernel import Kernel, count_ops
+
+
+AcrossRows = Callable[[tuple[Index, ...]], bool]  # may reductions across rows join a kernel reducing these dims?
+
+
+def never(rdomain: tuple[Index, ...]) -> bool:
+    """``AcrossRows`` of a backend that runs no reductions across rows."""
+    return False
+
+
+def always(rdomain: tuple[Index, ...]) -> bool:
+    """``AcrossRows`` of a backend that runs reductions across the rows of any row kernel."""
+    return True
 
 
 # -- 1. inlining --------------------------------------------------------------------------------
@@ -175,15 +189,15 @@ class Member:
         return out
 
 
-def place(n: Node, shape: LoopShape, across_rows: bool = False) -> Member | None:
+def place(n: Node, shape: LoopShape, across_rows: AcrossRows = never) -> Member | None:
     """Map node ``n`` into a kernel of loop shape ``shape``, or None if the loops do not line up;
-    ``across_rows``: a reduction over the kernel's rows may join as one (``_across``)."""
+    ``across_rows(shape.r)``: a reduction over the kernel's rows may join as one (``_across``)."""
     pv = domain_vars(shape.p, "p")
     rv = domain_vars(shape.r, "r")
     if isinstance(n, Reduction):
         mine = loop_shape(n)
         if mine != shape:
-            return _across(n, shape) if across_rows else None
+            return _across(n, shape) if shape.r and across_rows(shape.r) else None
         mapping = _assign(n.index_vars(), n.domain, pv)
         mapping.update(_assign(n.reduction_vars(), n.rdomain, rv))
         return Member(n, mapping, row_level=False)
@@ -230,7 +244,7 @@ class Group:
         return {o for m in self.members for o in m.node.outputs}
 
 
-def _rebind(members: list[Member], shape: LoopShape, across_rows: bool = False) -> list[Member] | None:
+def _rebind(members: list[Member], shape: LoopShape, across_rows: AcrossRows = never) -> list[Member] | None:
     out = [place(m.node, shape, across_rows) for m in members]
     return None if any(m is None for m in out) else out
 
@@ -241,9 +255,9 @@ def node_reads(n: Node) -> set[str]:
     return {x.buffer for x in loads(n.body)}
 
 
-def group_nodes(nodes: list[Node], across_rows: bool = False) -> list[Group]:
-    """Greedy fusion in program order (see the module docstring); ``across_rows``: reductions over
-    a row group's rows may join it."""
+def group_nodes(nodes: list[Node], across_rows: AcrossRows = never) -> list[Group]:
+    """Greedy fusion in program order (see the module docstring); ``across_rows``: whether
+    reductions over the rows of a row group reducing the given dims may join it."""
     groups: list[Group] = []
     owner: dict[str, Group] = {}
     for n in nodes:
@@ -257,7 +271,7 @@ def group_nodes(nodes: list[Node], across_rows: bool = False) -> list[Group]:
     return groups
 
 
-def _try_join(n: Node, groups: list[Group], owner: dict[str, Group], across_rows: bool) -> Group | None:
+def _try_join(n: Node, groups: list[Group], owner: dict[str, Group], across_rows: AcrossRows) -> Group | None:
     reads = node_reads(n)
     deps = {owner[b].index for b in reads if b in owner}
     latest = max(deps, default=-1)
@@ -272,7 +286,7 @@ def _try_join(n: Node, groups: list[Group], owner: dict[str, Group], across_rows
     return None
 
 
-def _candidate(g: Group, n: Node, across_rows: bool):
+def _candidate(g: Group, n: Node, across_rows: AcrossRows):
     member = place(n, g.shape, across_rows)
     if member is not None:
         return g.shape, g.members + [member]
@@ -281,7 +295,7 @@ def _candidate(g: Group, n: Node, across_rows: bool):
         if shape.full == g.shape.full:
             # a pointwise group takes the reduction's loops; a group of reductions over other dims
             # of the same domain is reduced across the rows of ``n``'s (when the backend can)
-            rebound = _rebind(g.members, shape, across_rows and bool(g.shape.r))
+            rebound = _rebind(g.members, shape, across_rows if g.shape.r else never)
             if rebound is not None:
                 return shape, rebound + [place(n, shape)]
     return None

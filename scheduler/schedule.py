@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.nodes import Buffer, BufferKind, Extern, Graph
-from .fusion import build_kernel, extern_buffers, group_nodes, inline_pointwise, node_reads
+from .fusion import AcrossRows, always, build_kernel, extern_buffers, group_nodes, inline_pointwise, never, node_reads
 from .kernel import Kernel
 from .memory import MemoryPlan, plan_memory
 
@@ -30,11 +30,12 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, Extern)]
 
 
-def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: bool = False) -> Schedule:
+def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: AcrossRows | bool = False) -> Schedule:
     """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory;
-    ``across_rows``: the backend runs reductions across a kernel's rows (``fusion.group_nodes``)."""
+    ``across_rows``: whether the backend runs reductions across the rows of a kernel reducing the
+    given dims (``Backend.reduces_across_rows``; True or False: always or never)."""
     nodes = inline_pointwise(graph)
-    groups = group_nodes(nodes, across_rows)
+    groups = group_nodes(nodes, across_rows if callable(across_rows) else (always if across_rows else never))
     outputs = {o.buffer for o in graph.outputs}
     externs_read = extern_buffers(graph)
     reads_by_group = {g.index: set().union(*(node_reads(n) for n in g.nodes)) for g in groups}

@@ -1,7 +1,8 @@
 """Reductions across rows (``KReduction.across``): a reduction over the rows of a row kernel joins
-it on the C++ backend, one accumulator per point of the reduced dims, per thread, combined after
-the rows (a layernorm backward's weight and bias gradients are folded in by the kernel of its
-input gradient, which reads the same elements). Triton keeps them as kernels of their own.
+it, one accumulator per point of the reduced dims, per C++ thread or Triton program, combined
+after the rows (a layernorm backward's weight and bias gradients are folded in by the kernel of
+its input gradient, which reads the same elements). Triton takes them for rows of a known length
+of at most 32768 elements (persistent rows) and keeps longer ones as kernels of their own.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import loopnest as ln
 from conftest import assert_close
 from loopnest.backends import registry
 from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.triton.params import Strategy, TritonConfig
+from loopnest.ir.index import Index, sym
 from loopnest.ir.interpret import KernelInterpreter
 from loopnest.ir.parser import ParseError
 from loopnest.pipeline import compile_graph
@@ -23,8 +26,8 @@ from test_ir_parser import random_inputs, run
 CPP = registry.get("cpp")
 
 
-def _compiled(fn):
-    return torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"}, dynamic=False)
+def _compiled(fn, backend: str = "cpp"):
+    return torch.compile(fn, backend="loopnest", options={"backend": backend, "tune": "off"}, dynamic=False)
 
 
 def _training_step(fn, *args, seed: int = 1):
@@ -43,11 +46,12 @@ def _norm_backward_kernels(kernel_counts: list):
 
 
 @pytest.mark.parametrize("rows, cols", [(37, 53), (300, 200), (2, 7)])
-def test_layernorm_backward_is_one_kernel_and_matches_eager(rows, cols):
+def test_layernorm_backward_is_one_kernel_and_matches_eager(rows, cols, backend):
     x, w, b = torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
     counts: list = []
     fn = torch.compile(lambda x, w, b: F.layer_norm(x, (cols,), w, b), backend="loopnest",
-                       options={"backend": "cpp", "tune": "off", "recorder": _norm_backward_kernels(counts)})
+                       options={"backend": backend.name, "tune": "off", "recorder": _norm_backward_kernels(counts)},
+                       dynamic=False)  # Triton keeps reductions across rows of symbolic length apart
     got, got_grads = _training_step(fn, x, w, b)
     want, want_grads = _training_step(lambda x, w, b: F.layer_norm(x, (cols,), w, b), x, w, b)
     assert counts == [1, 1]  # forward, backward: dx, dw and db in one kernel
@@ -56,13 +60,13 @@ def test_layernorm_backward_is_one_kernel_and_matches_eager(rows, cols):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4, msg=lambda m: f"grad {name}: {m}")
 
 
-def test_rmsnorm_bf16_backward_weight_gradient_matches_float64():
+def test_rmsnorm_bf16_backward_weight_gradient_matches_float64(backend):
     def rmsnorm(x, w):
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16) * w
 
     x, w = torch.randn(96, 64).bfloat16(), torch.randn(64).bfloat16()
-    _, (gx, gw) = _training_step(_compiled(rmsnorm), x, w)
+    _, (gx, gw) = _training_step(_compiled(rmsnorm, backend.name), x, w)
     _, (wx, ww) = _training_step(rmsnorm, x.double(), w.double())
     assert gw.dtype == torch.bfloat16
     assert (gw.double() - ww).norm() / ww.norm() < 1e-2 and (gx.double() - wx).norm() / wx.norm() < 1e-2
@@ -72,7 +76,7 @@ def _graph(outputs, *inputs):
     return ln.compile(outputs).graph(*inputs)
 
 
-def test_a_column_reduction_before_the_row_reduction_is_reduced_across_its_rows():
+def test_a_column_reduction_before_the_row_reduction_is_reduced_across_its_rows(backend):
     """The column sum comes first in program order: the group turns to the rows of the row sum."""
     x = ln.placeholder("x", (40, 24), ln.float32)
     X = torch.randn(40, 24)
@@ -80,7 +84,7 @@ def test_a_column_reduction_before_the_row_reduction_is_reduced_across_its_rows(
     (kernel,) = schedule(graph, "k", across_rows=True).kernels
     assert [r.across for r in kernel.reductions] == [True, False] and kernel.pdomain == (40,)
     assert len(schedule(graph, "k").kernels) == 2  # without the backend's consent: two kernels
-    cols, rows = compile_graph(graph, CPP)(X)
+    cols, rows = compile_graph(graph, backend)(X)
     assert_close(cols, X.sum(0), "column sums")
     assert_close(rows, (X * 2).sum(-1), "row sums")
 
@@ -104,10 +108,31 @@ def test_partials_of_several_threads_combine_to_eager_with_nan_propagating(threa
     assert torch.equal(an, (X > 2.5).any(0))
 
 
-def test_no_rows_give_the_identity():
+@pytest.mark.parametrize("xblock, rows", [(1, 509), (4, 509), (8, 40)])
+def test_triton_partials_of_every_program_combine_to_eager_with_nan_propagating(xblock, rows):
+    """Programs loop over row blocks (the last one partly masked when XBLOCK does not divide the
+    rows; fewer programs than ``ACROSS_PROGRAMS`` when there are fewer blocks); a row of 96 in a
+    RBLOCK of 128 masks columns too."""
+    x = ln.placeholder("x", (rows, 96), ln.float32)
+    graph = _graph([ln.sum(ln.exp(x), -1), ln.max(x, 0), ln.sum(x, 0), ln.any(x > 2.5, 0)], torch.randn(rows, 96))
+    triton = registry.get("triton")
+    (kernel,) = schedule(graph, "k", across_rows=triton.reduces_across_rows).kernels
+    assert sum(r.across for r in kernel.reductions) == 3
+    X = torch.randn(rows, 96, generator=torch.Generator().manual_seed(xblock))
+    X[rows - 3, 5] = float("nan")
+    config = TritonConfig(XBLOCK=xblock, RBLOCK=128, num_warps=4, strategy=Strategy.PERSISTENT)
+    row_sums, mx, sm, an = compile_graph(graph, triton, configs={kernel.name: config})(X)
+    assert_close(row_sums, X.exp().sum(-1), "row sums")
+    assert torch.equal(mx.isnan(), X.amax(0).isnan()) and mx.isnan().sum() == 1
+    assert_close(mx, X.amax(0), "column max")
+    assert_close(sm, X.sum(0), "column sums")
+    assert torch.equal(an, (X > 2.5).any(0))
+
+
+def test_no_rows_give_the_identity(backend):
     x = ln.placeholder("x", (0, 5), ln.float32)
     graph = _graph([ln.sum(x * 3, -1), ln.sum(x, 0)], torch.randn(0, 5))
-    rows, cols = compile_graph(graph, CPP)(torch.randn(0, 5))
+    rows, cols = compile_graph(graph, backend)(torch.randn(0, 5))
     assert rows.shape == (0,) and torch.equal(cols, torch.zeros(5))
 
 
@@ -149,8 +174,19 @@ def test_broken_across_text_is_a_parse_error(edit, words):
         assert word in str(info.value), str(info.value)
 
 
-def test_the_triton_backend_refuses_reductions_across_rows():
-    kernel = _across_kernel()
+def test_triton_takes_reductions_across_persistent_rows_only():
+    """Rows of a known length up to 32768 (one persistent block); longer or symbolic ones keep
+    the reduction across them in a kernel of its own, and an across kernel refuses other strategies."""
     triton = registry.get("triton")
-    with pytest.raises(ValueError, match="does not run reductions across rows"):
-        triton.codegen(kernel, triton.default_config(kernel))
+    assert triton.reduces_across_rows((Index.of(64), Index.of(512)))
+    assert not triton.reduces_across_rows((Index.of(40000),))
+    assert not triton.reduces_across_rows((sym("n"),))
+    x = ln.placeholder("x", (8, 40000), ln.float32)
+    graph = _graph([ln.sum(x, 0), ln.sum(x * 2, -1)], torch.randn(8, 40000))
+    assert len(schedule(graph, "k", across_rows=triton.reduces_across_rows).kernels) == 2
+    kernel = _across_kernel()
+    assert triton.default_config(kernel).strategy is Strategy.PERSISTENT
+    looped = TritonConfig(XBLOCK=1, RBLOCK=16, num_warps=4, strategy=Strategy.LOOPED)
+    with pytest.raises(ValueError, match="reduces across its rows: that needs the persistent strategy"):
+        triton.codegen(kernel, looped)
+    assert triton.space(kernel, triton.hardware()).constraint(looped) is not None

@@ -12,6 +12,7 @@ from ...core.counters import counters
 from ...core.hardware import HardwareInfo, HardwareKind, compiler_version, this_cpu
 from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
+from ...ir.index import Index
 from ...scheduler.kernel import Kernel, signature
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import compile as cc
@@ -32,7 +33,6 @@ class CppBackend:
     device = "cpu"
     hardware_kind = HardwareKind.CPU
     can_prebuild = True
-    reduces_across_rows = True  # KReduction.across: per-thread partial sums over the rows, combined after
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         return this_cpu()
@@ -43,6 +43,10 @@ class CppBackend:
 
     def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         return search_space(kernel, hardware)
+
+    def reduces_across_rows(self, rdomain: tuple[Index, ...]) -> bool:
+        """Always: per-thread partial sums over the rows, combined after them (``across.py``)."""
+        return True
 
     def default_config(self, kernel: Kernel) -> CppConfig:
         return CppConfig()

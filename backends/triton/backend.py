@@ -15,12 +15,13 @@ from ...core.counters import counters
 from ...core.hardware import TOOL_TIMEOUT_S, HardwareInfo, HardwareKind, this_cpu
 from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
+from ...ir.index import Index, product
 from ...scheduler.kernel import Kernel
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import settings as triton_settings
 from .codegen import Program, generate
 from .compile import Launcher, load_module, module_path
-from .heuristics import default_config
+from .heuristics import PERSISTENT_ROW, default_config
 from .params import TritonConfig, config_from_json
 from .space import search_space
 
@@ -33,7 +34,6 @@ class TritonBackend:
     name = "triton"
     hardware_kind = HardwareKind.CUDA
     can_prebuild = False  # Triton compiles a kernel on its first launch, in the measuring process
-    reduces_across_rows = False  # a reduction across rows stays a kernel of its own
 
     @property
     def device(self) -> str:
@@ -54,6 +54,13 @@ class TritonBackend:
 
     def space(self, kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         return search_space(kernel, hardware)
+
+    def reduces_across_rows(self, rdomain: tuple[Index, ...]) -> bool:
+        """For rows of a known length a persistent program holds (``codegen``: partial sums per
+        program over the rows it loops over, combined by a second launch); longer or symbolic
+        rows keep such reductions in a kernel of their own."""
+        row = product(rdomain).as_int()
+        return row is not None and row <= PERSISTENT_ROW
 
     def default_config(self, kernel: Kernel) -> TritonConfig:
         return default_config(kernel)

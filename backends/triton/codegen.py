@@ -11,6 +11,10 @@ kernel so profilers show ``ln_softmax_0``):
 * *split* reductions (full reductions, or few long rows): per phase, ``NAME_split{k}`` writes one
   partial state per (row, program) to a workspace and ``NAME_combine{k}`` merges them; finished
   values go to small workspaces that later phases read;
+* rows with reductions *across* them (``KReduction.across``: a norm's weight gradient): persistent
+  rows, each of at most ``ACROSS_PROGRAMS`` programs looping over row blocks and folding the
+  across values into lanes of its own; ``NAME`` stores each program's column partials to a
+  workspace and ``NAME_cols`` reduces them per column and runs the column stores;
 * *split_sync* rows (long rows, few rows): one launch whose programs split each row and exchange
   partial states through a barrier after each phase, so a program's slice stays on chip (or in
   L2) from the first phase to the last. Triton's interpreter runs programs one after another, so
@@ -29,7 +33,7 @@ import torch
 from ...ir import dtypes as dt
 from ...ir.index import Index, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, signature
-from .emit import KernelContext, TritonEmitter, identifier
+from .emit import KernelContext, TritonEmitter, identifier, mask_arg
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for
 from .ops import tl_type
@@ -41,7 +45,9 @@ INDENT = "    "
 INDEX32_LIMIT = 2 ** 31
 _HEADER = "import triton\nimport triton.language as tl\n"
 _LIBDEVICE = "from triton.language.extra import libdevice\n"
-_ROW, _TILE = "[XBLOCK, 1]", "[XBLOCK, RBLOCK]"
+_ROW, _TILE, _COLS = "[XBLOCK, 1]", "[XBLOCK, RBLOCK]", "[1, RBLOCK]"
+ACROSS_PROGRAMS = 264   # programs of a row kernel with reductions across rows (two per H200 multiprocessor)
+COLS_BLOCK, PARTS_BLOCK = 32, 64  # columns and partials per step of the combine over programs
 _XR = frozenset({"x", "r"})
 
 
@@ -112,6 +118,9 @@ def check_config(kernel: Kernel, config: TritonConfig) -> None:
     if config.YBLOCK != 1:
         raise ValueError(f"{kernel.name} is a reduction; YBLOCK (2D pointwise tiles) must be 1")
     rnumel = product(kernel.rdomain).as_int()
+    if kernel.across and config.strategy is not Strategy.PERSISTENT:
+        raise ValueError(f"{kernel.name} reduces across its rows: that needs the persistent strategy, "
+                         f"got {config.strategy.value}")
     if config.strategy is Strategy.PERSISTENT and rnumel is not None and rnumel > config.RBLOCK:
         raise ValueError(f"{kernel.name}: persistent strategy needs RBLOCK >= {rnumel}, "
                          f"got {config.RBLOCK}")
@@ -119,9 +128,9 @@ def check_config(kernel: Kernel, config: TritonConfig) -> None:
 
 def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> Program:
     """The Triton module source and launch plan of ``kernel`` under ``config``."""
-    if kernel.across:
-        raise ValueError(f"kernel {kernel.name}: the Triton backend does not run reductions across rows "
-                         f"({', '.join(r.name for r in kernel.across)}); schedule for it with across_rows=False")
+    if kernel.across and product(kernel.rdomain).as_int() is None:
+        raise ValueError(f"kernel {kernel.name}: the Triton backend runs reductions across rows "
+                         f"({', '.join(r.name for r in kernel.across)}) only for rows of a known length")
     check_config(kernel, config)
     return _Generator(kernel, config, settings).program()
 
@@ -148,6 +157,8 @@ class _Generator:
             self._split_sync()
         elif self.cfg.strategy in SPLIT_STRATEGIES:  # the interpreter runs programs one by one
             self._split()
+        elif self.k.across:
+            self._rows_across()
         else:
             self._rows(self.cfg.strategy is Strategy.PERSISTENT)
         body = "\n\n".join(self.functions)
@@ -348,6 +359,100 @@ class _Generator:
             names.append(name)
         return names
 
+    # -- reductions across rows ------------------------------------------------------------------
+    def _rows_across(self) -> None:
+        """Persistent rows, ``NPROG`` programs each looping over every ``NPROG``-th row block. The
+        row reductions and stores run per row block as in ``_rows``; values that do not vary along
+        the rows (a weight) are loaded once per program, before the loop. Each across reduction
+        folds its values into ``[XBLOCK, RBLOCK]`` lanes carried over the loop, reduces them over
+        the rows once at the end and stores the program's partial per column, which ``_columns``
+        combines."""
+        cfg, k = self.cfg, self.k
+        rows = self.xnumel.as_int()
+        nprog = ACROSS_PROGRAMS if rows is None else max(1, min(ACROSS_PROGRAMS, -(-rows // cfg.XBLOCK)))
+        masked = {name for name, exact in (("x", _divides(self.xnumel, cfg.XBLOCK)),
+                                           ("r", self.rnumel == cfg.RBLOCK)) if not exact}
+        axes = self._row_axes()
+        ctx = self._context(axes, masked)
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        self._rbase(em)
+        em.line("rindex = rbase")
+        self._masks(em, axes[1:])
+        across = [a for a in self._accumulators() if a.r.across]
+        carried = {a.var: a.names(a.var + "_cols") for a in across}
+        for a in across:
+            for c in a.components():
+                em.line(f"{carried[a.var][c.suffix]} = tl.full({_TILE}, {c.identity}, {c.tl_type})")
+        body: list[str] = []
+        inner = TritonEmitter(ctx, body, INDENT * 2, parent=em, loop_axes=frozenset({"x"}))
+        inner.line("xindex = xstart + tl.arange(0, XBLOCK)[:, None]")
+        self._masks(inner, axes[:1])
+        for phase in range(k.num_phases):
+            mine = [a for a in self._accumulators() if a.r.level == phase]
+            self._block_phase(inner, [a for a in mine if not a.r.across],
+                              [s for s in k.elem_stores if s.phase == phase])
+            for a in mine:
+                if a.r.across:
+                    new = self._lanes(inner, a, a.var + "_new")
+                    for line in a.merge(carried[a.var], new):
+                        inner.line(line)
+                else:
+                    self._publish(inner, a)
+        for st in k.row_stores:
+            inner.store(st.buffer, st.index, st.value, frozenset({"x"}), _ROW)
+        em.line("for xstart in range(pid * XBLOCK, xnumel, NPROG * XBLOCK):")
+        lines.extend(body)
+        partial = self._partial_workspaces(across, nprog * self.rnumel)
+        rmask = mask_arg(ctx.mask({"r"}))
+        for a in across:
+            for line in a.reduce(carried[a.var], a.names(), axis="0"):
+                em.line(line)
+            for suffix, name in a.names().items():
+                em.line(f"tl.store({partial[a.var][suffix]} + (pid * rnumel + rindex), {name}{rmask})")
+        workspaces = [w for a in across for w in partial[a.var].values()]
+        constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("NPROG", nprog)]
+        self._function(k.name, ctx, lines, constexprs, workspaces, Index.of(nprog))
+        self._columns(across, partial, nprog)
+
+    def _columns(self, across: list, partial: dict, nprog: int) -> None:
+        """``NAME_cols``: per block of ``RBLOCK`` columns, the ``NPROG`` partials of each across
+        reduction reduced in steps of ``SBLOCK``, then the kernel's column stores."""
+        k = self.k
+        axes = [Axis("r", self.rnumel, self.rvars, 1)]
+        ctx = self._context(axes, set() if _divides(self.rnumel, COLS_BLOCK) else {"r"})
+        lines: list[str] = []
+        em = TritonEmitter(ctx, lines, INDENT)
+        self._prologue(em, axes)
+        em.line("rindex = pid * RBLOCK + tl.arange(0, RBLOCK)[None, :]")
+        self._masks(em, axes)
+        em.line("sbase = tl.arange(0, SBLOCK)[:, None]")
+        lanes = {a.var: a.names(a.var + "_lanes") for a in across}
+        for a in across:
+            for c in a.components():
+                em.line(f"{lanes[a.var][c.suffix]} = tl.full([SBLOCK, RBLOCK], {c.identity}, {c.tl_type})")
+        em.line("for soffset in range(0, NPROG, SBLOCK):")
+        em.line(f"{INDENT}sindex = soffset + sbase")
+        mask = " & ".join(m for m in ("(sindex < NPROG)", ctx.mask({"r"})) if m)
+        for a in across:
+            part = a.names(a.var + "_part")
+            for c in a.components():
+                em.line(f"{INDENT}{part[c.suffix]} = tl.load({partial[a.var][c.suffix]} + (sindex * rnumel + rindex), "
+                        f"mask={mask}, other={c.identity})")
+            for line in a.merge(lanes[a.var], part):
+                em.line(INDENT + line)
+        for a in across:
+            for line in a.reduce(lanes[a.var], a.names(), axis="0"):
+                em.line(line)
+            self._publish(em, a)
+        for st in k.col_stores:
+            em.store(st.buffer, st.index, st.value, frozenset({"r"}), _COLS)
+        constexprs = [("RBLOCK", COLS_BLOCK), ("SBLOCK", PARTS_BLOCK), ("NPROG", nprog)]
+        workspaces = [w for a in across for w in partial[a.var].values()]
+        self._function(f"{k.name}_cols", ctx, lines, constexprs, workspaces, _cdiv(self.rnumel, COLS_BLOCK),
+                       num_warps=4)
+
     # -- rows split across programs that wait for each other -----------------------------------
     def _split_sync(self) -> None:
         """One launch: the ``SPLIT`` consecutive programs of a row block each reduce their slice,
@@ -460,14 +565,15 @@ class _Generator:
             for suffix, name in acc.names().items():
                 em.line(f"tl.store({partial[acc.var][suffix]} + (xindex * SPLIT + sid), {name}{where})")
 
-    def _partial_workspaces(self, accs) -> dict:
-        """One workspace per state component of each of ``accs``: a value per (row, program)."""
+    def _partial_workspaces(self, accs, numel: Index | None = None) -> dict:
+        """One workspace per state component of each of ``accs``: a value per (row, program), or
+        ``numel`` values."""
         partial = {}
         for acc in accs:
             partial[acc.var] = {c.suffix: f"ws_{acc.var}{c.suffix}" for c in acc.components()}
             for c in acc.components():
                 self.workspaces.append(Workspace(partial[acc.var][c.suffix], c.torch_dtype,
-                                                 self.xnumel * self.cfg.SPLIT))
+                                                 self.xnumel * self.cfg.SPLIT if numel is None else numel))
         return partial
 
     def _reduce_partials(self, em: TritonEmitter, acc, partial: dict, cached: bool = True) -> None:

@@ -51,9 +51,11 @@ class KernelContext:
     loaded: list[str] = field(default_factory=list)                     # workspaces read so far
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     asserts: bool = False            # some check was emitted: the function needs debug=True
+    across: frozenset[str] = field(init=False)  # names of the kernel's reductions across rows
     _deps: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self.across = frozenset(r.name for r in self.kernel.across)
         for axis in self.axes.values():
             for v in axis.kernel_vars:
                 self.axis_of[v.name] = axis.name
@@ -73,8 +75,8 @@ class KernelContext:
             return hit
         if isinstance(e, (Load, IndexValue)):
             out = self.index_deps(e.index if isinstance(e, Load) else (e.index,))
-        elif isinstance(e, AccRef):
-            out = frozenset({"x"})
+        elif isinstance(e, AccRef):  # one value per row, or per column for a reduction across rows
+            out = frozenset({"r"}) if e.name in self.across else frozenset({"x"})
         elif isinstance(e, Apply):
             out = frozenset().union(*(self.deps(a) for a in e.args))
         else:
@@ -211,14 +213,14 @@ class TritonEmitter(ExprEmitter):
             ws = ctx.acc_loads[key]
             ctx.loaded.append(ws)
             ctx.acc_values[key] = self.root().assign(
-                f"tl.load({ws} + xindex{_mask_arg(ctx.mask({'x'}))})", "fin")
+                f"tl.load({ws} + xindex{mask_arg(ctx.mask({'x'}))})", "fin")
         return ctx.acc_values[key]
 
     def load(self, e: Load) -> str:
         ptr = self.ctx.ptr(e.buffer)
         off = self.offset(e.buffer, e.index)
         deps = self.ctx.index_deps(e.index)
-        text = f"tl.load({ptr} + ({off}){_mask_arg(self.ctx.mask(deps), other=True)})"
+        text = f"tl.load({ptr} + ({off}){mask_arg(self.ctx.mask(deps), other=True)})"
         return text + ".to(tl.float32)" if e.dtype.is_low_precision else text
 
     def index_value(self, e: IndexValue) -> str:
@@ -251,10 +253,11 @@ class TritonEmitter(ExprEmitter):
         off = self.offset(buffer, index)
         if self.ctx.index_deps(index) != axes:
             off = f"({off}) + tl.full({shape}, 0, tl.int32)"
-        self.line(f"tl.store({self.ctx.ptr(buffer)} + ({off}), {v}{_mask_arg(self.ctx.mask(axes))})")
+        self.line(f"tl.store({self.ctx.ptr(buffer)} + ({off}), {v}{mask_arg(self.ctx.mask(axes))})")
 
 
-def _mask_arg(mask: str | None, other: bool = False) -> str:
+def mask_arg(mask: str | None, other: bool = False) -> str:
+    """The ``mask=`` argument of a load (``other``: masked lanes read 0) or store, if any."""
     if mask is None:
         return ""
     return f", mask={mask}, other=0" if other else f", mask={mask}"

@@ -27,6 +27,8 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   softmax 1024x131072: 0.74 (looped: 0.41); log_softmax 128x262144: 0.65. Rows only reduced
   (cross-entropy's 4096x128256 bf16 logits, two reading phases) stay looped: 0.48, where
   split_sync's short programs wait at two barriers each (0.24-0.33 over 4-32 slices);
+* rows whose kernel also reduces across them (a norm's weight gradient, ``KReduction.across``):
+  persistent tiles as above (the backend takes such reductions only for rows of at most 32768);
 * full reductions: persistent in one program up to 32768 elements (one launch and no workspace:
   the mean over 32768 row losses takes 5.5 µs), else split across eight
   programs per multiprocessor in chunks of 2048 with 16 warps, combined by a second launch
@@ -103,7 +105,7 @@ def _rows(kernel: Kernel) -> TritonConfig:
         xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
         strategy = Strategy.PERSISTENT if row is not None and row <= rblock else Strategy.LOOPED
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=strategy)
-    split = _row_split(rows, row, _rereads(kernel))
+    split = 1 if kernel.across else _row_split(rows, row, _rereads(kernel))
     rblock = next_pow2(-(-row // split)) if split > 1 else 0
     if split > 1 and _nonempty(row, split, rblock) > 1:
         split = _nonempty(row, split, rblock)

@@ -160,9 +160,14 @@ class TritonAccumulator:
         return (f"({v} {cmp} {a}) | (({v} != {v}) & ({a} == {a})) | "
                 f"((({v} == {a}) | (({v} != {v}) & ({a} != {a}))) & ({vi} < {ai}))")
 
-    def reduce(self, src: dict[str, str], dst: dict[str, str]) -> list[str]:
-        """Statements reducing lane state ``src`` along axis 1 into row state ``dst``."""
+    def reduce(self, src: dict[str, str], dst: dict[str, str], axis: str = "1") -> list[str]:
+        """Statements reducing lane state ``src`` along ``axis`` (1: a row's elements; 0, for
+        reductions without a joint state only: the rows) into row state ``dst``."""
         joint = self.spec.joint
+        if axis != "1":
+            assert joint is None, f"{self.r.op.value} has a joint state: it reduces along rows only"
+            return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix], axis)}"
+                    for c in self.components()]
         if joint is Combine.WELFORD:
             mean, m2, n, dev = src["_mean"], src["_m2"], src["_n"], f"{self.var}_dev"
             return [f"{dst['_n']} = {reduce_rows('sum', n)}",
