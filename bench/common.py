@@ -9,6 +9,7 @@ import tempfile
 import time
 
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+MEMORY_CALLS = 30  # calls over which memory_use measures the growth per call (after a third as many)
 
 
 def reexec_with_malloc_thresholds() -> None:
@@ -65,3 +66,52 @@ def peak_allocated_bytes(fn) -> int:
         held += event.self_cpu_memory_usage
         peak = max(peak, held)
     return peak
+
+
+def cuda_allocated_bytes() -> int:
+    """Bytes torch's CUDA allocator holds in live tensors, once the queued work is done."""
+    import torch
+
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated()
+
+
+def cuda_peak_allocated_bytes(fn) -> int:
+    """The most bytes torch's CUDA allocator holds while ``fn()`` runs, above what it held before."""
+    import torch
+
+    start = cuda_allocated_bytes()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - start
+
+
+def memory_use(fn, device: str = "cpu") -> tuple[float, float]:
+    """(peak MB allocated during one call of ``fn``, MB held memory grows per call over
+    ``MEMORY_CALLS`` calls after a third as many to settle). On the CPU the growth is the resident
+    set's and the peak comes from the profiler; on CUDA both are the caching allocator's counts of
+    bytes in tensors (its cached free blocks are not counted)."""
+    held, peak = (cuda_allocated_bytes, cuda_peak_allocated_bytes) if device == "cuda" else \
+        (rss_bytes, peak_allocated_bytes)
+    for _ in range(MEMORY_CALLS // 3):
+        fn()
+    start = held()
+    for _ in range(MEMORY_CALLS):
+        fn()
+    growth = (held() - start) / MEMORY_CALLS
+    return peak(fn) / 1e6, growth / 1e6
+
+
+def print_memory_table(rows: list[tuple[str, dict]], columns) -> None:
+    """The memory table of a suite: per workload (``rows``: name and ``memory_use`` per column),
+    each column's peak MB per call, then each column's growth in MB per call ("-": a column the
+    row does not have)."""
+    def cells(mem: dict, which: int, fmt: str) -> str:
+        return " | ".join(format(mem[k][which], fmt) if k in mem else "-" for k in columns)
+
+    print("\n| workload | " + " | ".join(f"peak MB {k}" for k in columns) + " | "
+          + " | ".join(f"MB/call growth {k}" for k in columns) + " |")
+    print("|---" * (1 + 2 * len(columns)) + "|")
+    for name, mem in rows:
+        print(f"| {name} | {cells(mem, 0, '.0f')} | {cells(mem, 1, '.2f')} |")

@@ -11,7 +11,7 @@ round times each column's calls back to back for about ``ROUND_S`` (the median r
 Training rows (``train``) are timed as one step, forward and backward (``training_step``), and
 count ``Workload.min_bytes``. The memory columns give, for each column, the peak bytes torch's
 allocator holds during one call (outputs and gradients included), and the resident set's growth
-per call over ``MEMORY_CALLS`` more calls (0 unless a call leaks).
+per call over ``common.MEMORY_CALLS`` more calls (0 unless a call leaks).
 
 Run: python bench/cpu_suite.py [--size cpu|cache] [--rounds N] [--trials N] [WORKLOAD ...|new|train]
 The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so no
@@ -25,7 +25,7 @@ import statistics
 import tempfile
 import time
 
-from common import peak_allocated_bytes, reexec_with_malloc_thresholds, rss_bytes
+from common import memory_use, print_memory_table, reexec_with_malloc_thresholds
 
 reexec_with_malloc_thresholds()
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
@@ -44,7 +44,6 @@ torch._dynamo.config.recompile_limit = 64
 # suite's footprint (inputs of 2-8 MB) for "cache".
 COPY_BYTES = {"cpu": 256 << 20, "cache": 4 << 20}
 COLUMNS = ("eager", "inductor", "loopnest", "tuned")
-MEMORY_CALLS = 30
 ROUND_S = 0.02  # a round times each column for about this long (one call, for calls longer than it)
 
 
@@ -117,17 +116,6 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
     return dict(name=name, ms=med, frac=frac, cold=cold, mb=moved / 1e6, memory=memory, wrong=wrong)
 
 
-def memory_use(fn) -> tuple[float, float]:
-    """(peak MB torch allocates during one call, MB the resident set grows per call)."""
-    for _ in range(MEMORY_CALLS // 3):  # the allocator's arenas settle first
-        fn()
-    start = rss_bytes()
-    for _ in range(MEMORY_CALLS):
-        fn()
-    growth = (rss_bytes() - start) / MEMORY_CALLS
-    return peak_allocated_bytes(fn) / 1e6, growth / 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(TEN),
@@ -162,12 +150,7 @@ def main() -> None:
               + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold.get('tuned', float('nan')):.1f} |",
               flush=True)
         memory.append((name, r["memory"]))
-    print("\n| workload | " + " | ".join(f"peak MB {k}" for k in COLUMNS[:3]) + " | "
-          + " | ".join(f"MB/call growth {k}" for k in COLUMNS[:3]) + " |")
-    print("|---" * 7 + "|")
-    for name, mem in memory:
-        print(f"| {name} | " + " | ".join(f"{mem[k][0]:.0f}" for k in COLUMNS[:3]) + " | "
-              + " | ".join(f"{mem[k][1]:.2f}" for k in COLUMNS[:3]) + " |")
+    print_memory_table(memory, COLUMNS[:3])
     print("\ngeometric mean of inductor/loopnest time ratios: "
           f"defaults {statistics.geometric_mean(ratios['loopnest']):.2f}, "
           f"tuned {statistics.geometric_mean(ratios['tuned']):.2f}")

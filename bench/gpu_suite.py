@@ -7,6 +7,9 @@ than L2), the fraction of the measured copy bandwidth each reaches on the worklo
 as one forward + backward step, count their passes), cold compile time of each, a check against
 float64 (outputs and gradients), and for training rows the GPU kernels one step launches. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
 (fill it first with ``autotune sweep --backend triton ...``); it is left out without ``--tuned``.
+A second table gives each variant's memory: the peak bytes the CUDA allocator holds during one
+call above what it held before (outputs and gradients included), and the growth of its allocated
+bytes per call over ``common.MEMORY_CALLS`` calls after a third as many (0 unless a call leaks).
 Then it measures the warm start of loopnest and of Inductor: a new process per graph compiling it
 from the on-disk caches, timed after imports, CUDA init and a throwaway compile.
 
@@ -25,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from common import median_ms
+from common import median_ms, memory_use, print_memory_table
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
@@ -118,7 +121,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
         eager = w.fn(*[a.detach() for a in args])
     grad_out = grad_output(eager) if w.train else None
     dtypes = result_dtypes(w, args)
-    result = {"name": name, "ms": {}, "cold_s": {}, "status": {}, "kernels": {}}
+    result = {"name": name, "ms": {}, "cold_s": {}, "status": {}, "kernels": {}, "memory": {}}
     for variant, fn in variants(w.fn, tuned, device != "cuda", w.train).items():
         call = (lambda fn=fn: training_step(fn, args, grad_out)) if w.train else (lambda fn=fn: fn(*args))
         sync(device)
@@ -128,6 +131,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
         result["cold_s"][variant] = time.perf_counter() - t0
         result["status"][variant] = check(got, want, name, variant, dtypes, w.train)
         result["ms"][variant] = bench(call, device)
+        result["memory"][variant] = memory_use(call, device)
         if w.train and device == "cuda":
             result["kernels"][variant] = count_kernels(call)
     moved = w.min_bytes(args, eager)  # the outputs in their own dtypes (want is float64)
@@ -223,21 +227,23 @@ def main() -> None:
         return
     results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
     warm = {} if opts.smoke or opts.no_warm else warm_start(opts.workloads)
-    cols = list(results[0]["ms"])
+    cols = list(dict.fromkeys(c for r in results for c in r["ms"]))  # training rows have no loopnest_cg
+    nan = float("nan")
     print("| workload | MB | " + " | ".join(f"{c} ms" for c in cols) + " | " + " | ".join(f"{c} frac" for c in cols)
           + " | " + " | ".join(f"{c} cold s" for c in cols[1:]) + " | loopnest warm s | checks |")
     print("|" + "---|" * (2 + 3 * len(cols) - 1 + 2))
     for r in results:
-        ms = " | ".join(f"{r['ms'][c]:.3f}" for c in cols)
-        fr = " | ".join(f"{r['frac'][c]:.2f}" for c in cols)
-        cold = " | ".join(f"{r['cold_s'][c]:.2f}" for c in cols[1:])
-        bad = [c for c in cols if r["status"][c] != "ok"]
+        ms = " | ".join(f"{r['ms'].get(c, nan):.3f}" for c in cols)
+        fr = " | ".join(f"{r['frac'].get(c, nan):.2f}" for c in cols)
+        cold = " | ".join(f"{r['cold_s'].get(c, nan):.2f}" for c in cols[1:])
+        bad = [c for c in cols if r["status"].get(c, "ok") != "ok"]
         total = warm.get(r["name"], {}).get("total", float("nan"))
         print(f"| {r['name']} | {r['mb']:.0f} | {ms} | {fr} | {cold} | {total:.3f} "
               f"| {'ok' if not bad else 'WRONG: ' + ','.join(bad)} |")
     for r in results:
         if r["kernels"]:
             print(f"kernels per step, {r['name']}: " + ", ".join(f"{c} {n}" for c, n in r["kernels"].items()))
+    print_memory_table([(r["name"], r["memory"]) for r in results], cols)
     print_warm(warm)
     for ref in ("inductor", "inductor_max"):
         for ours in ("loopnest", "loopnest_tuned"):
