@@ -4,14 +4,16 @@ For each case: ten warm-up steps (compiles included), then ``--steps`` steps, ea
 pass and a backward pass; it prints the resident set after warm-up, its peak over the steps, the
 growth per step (peak over warm-up, divided by the steps) and one step's own buffers for scale.
 A run that passes ``--stop-gb`` of resident memory stops early and says so. With ``--other PATH``
-(a folder holding another `loopnest` package folder) the same cases run there too, side by side.
+(a folder holding another `loopnest` package folder) the same cases run there too, side by side,
+except those named by ``--skip-other`` (a leaking revision can exhaust the machine's memory).
 Each checkout runs in its own process, with glibc's default allocator settings (users run so).
 
-    python bench/training_memory.py --steps 100 [--other /tmp/old]
+    python bench/training_memory.py --steps 100 [--other /tmp/old [--skip-other "softmax 2048x2048"]]
 """
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from common import MALLOC, run_in_checkout
@@ -23,7 +25,7 @@ try:
     from loopnest.api import loopnest_backend
 except ImportError:  # revisions before loopnest.api
     from loopnest.lowering.dynamo import loopnest_backend
-steps, stop = int(sys.argv[1]), float(sys.argv[2]) * 2**30
+steps, stop, skipped = int(sys.argv[1]), float(sys.argv[2]) * 2**30, json.loads(sys.argv[3])
 torch.manual_seed(0)
 
 
@@ -55,6 +57,8 @@ def rss():
 
 
 for name, make in CASES.items():
+    if name in skipped:
+        continue
     fn, inputs = make()
     params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
     step_bytes = sum(t.numel() * t.element_size() for t in inputs) * 3  # inputs, gradients, outputs
@@ -82,12 +86,16 @@ print(json.dumps(out))
 """
 
 
-def run_checkout(path: Path | None, steps: int, stop_gb: float) -> dict:
-    """The measurements of one checkout (None: this one), in a new process with glibc's defaults."""
-    return run_in_checkout(CHILD, [steps, stop_gb], path, dict.fromkeys(MALLOC))
+def run_checkout(path: Path | None, steps: int, stop_gb: float, skipped: list[str]) -> dict:
+    """The measurements of one checkout (None: this one) in a new process with glibc's defaults,
+    leaving out the ``skipped`` cases."""
+    return run_in_checkout(CHILD, [steps, stop_gb, json.dumps(skipped)], path, dict.fromkeys(MALLOC))
 
 
-def cell(r: dict, steps: int) -> str:
+def cell(r: dict | None, steps: int) -> str:
+    """One checkout's start, peak and growth per step (None: a case it did not run)."""
+    if r is None:
+        return "not run | | "
     stopped = f" (stopped after {r['steps']} steps)" if r["steps"] < steps else ""
     return f"{r['start_mb']:.0f} | {r['peak_mb']:.0f} | {r['growth_mb']:.1f}{stopped}"
 
@@ -97,15 +105,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--stop-gb", type=float, default=12.0)
     parser.add_argument("--other", type=Path, help="folder holding another `loopnest` package folder")
+    parser.add_argument("--skip-other", action="append", default=[], metavar="CASE",
+                        help="a case the --other checkout does not run (repeatable)")
     opts = parser.parse_args()
-    runs = {"this": run_checkout(None, opts.steps, opts.stop_gb)}
+    runs = {"this": run_checkout(None, opts.steps, opts.stop_gb, [])}
     if opts.other:
-        runs["other"] = run_checkout(opts.other, opts.steps, opts.stop_gb)
+        runs["other"] = run_checkout(opts.other, opts.steps, opts.stop_gb, opts.skip_other)
     head = " | ".join(f"{k} start MB | {k} peak MB | {k} growth MB/step" for k in runs)
     print(f"| case | one step's buffers MB | {head} |")
     print("|---|---|" + "---|" * (3 * len(runs)))
     for name, r in runs["this"].items():
-        print(f"| {name} | {r['step_mb']:.0f} | " + " | ".join(cell(run[name], opts.steps) for run in runs.values())
+        print(f"| {name} | {r['step_mb']:.0f} | " + " | ".join(cell(run.get(name), opts.steps) for run in runs.values())
               + " |")
 
 
