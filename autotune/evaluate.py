@@ -1,9 +1,11 @@
 """Evaluating candidate configs of one kernel: compile in parallel, then verify and time one by one.
 
-Compiles run in worker processes (g++ started by a thread pool, each with the per-trial timeout)
-and all of them finish before the first candidate is timed: on the C++ backend the device is
-these same cores, so nothing compiles while a measurement runs. Each candidate is verified on
-poisoned outputs before it is timed; only a verified candidate can be ``ok``.
+Compiles run in worker processes started by a thread pool, each with the per-trial timeout (g++
+for C++; for Triton, compile workers that fill Triton's on-disk cache, ``backends/triton/
+prebuild.py``), and all of them finish before the first candidate is timed: on the C++ backend
+the device is these same cores, and a busy host delays a GPU's launches, so nothing compiles while
+a measurement runs. Each candidate is verified on poisoned outputs before it is timed; only a
+verified candidate can be ``ok``.
 """
 from __future__ import annotations
 

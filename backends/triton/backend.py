@@ -4,11 +4,13 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import triton
 from triton.testing import do_bench
 
 from ...core.counters import counters
@@ -16,16 +18,18 @@ from ...core.hardware import TOOL_TIMEOUT_S, HardwareInfo, HardwareKind, this_cp
 from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
 from ...ir.index import Index, product
-from ...scheduler.kernel import Kernel
+from ...scheduler.kernel import Kernel, signature
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import settings as triton_settings
 from .codegen import Program, generate
 from .compile import Launcher, load_module, module_path
 from .heuristics import PERSISTENT_ROW, default_config
 from .params import TritonConfig, config_from_json
+from .prebuild import prebuild
 from .space import search_space
 
 CODEGEN_SOURCES = codegen_sources(Path(__file__).parent)
+_CODEGEN_LOCK = threading.Lock()
 
 
 class TritonBackend:
@@ -33,12 +37,17 @@ class TritonBackend:
 
     name = "triton"
     hardware_kind = HardwareKind.CUDA
-    can_prebuild = False  # Triton compiles a kernel on its first launch, in the measuring process
 
     @property
     def device(self) -> str:
         """"cuda", or "cpu" when kernels run in Triton's interpreter."""
         return triton_settings.current().device
+
+    @property
+    def can_prebuild(self) -> bool:
+        """Candidates compile ahead in worker processes, except in Triton's interpreter (nothing
+        to compile there)."""
+        return not triton_settings.current().interpret
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         dev = torch.device(device or self.device)
@@ -87,7 +96,15 @@ class TritonBackend:
         return Artifact(launchers, tuple(sources))
 
     def prebuild(self, kernel: Kernel, config: TritonConfig, timeout: float | None) -> None:
-        raise NotImplementedError("the Triton backend compiles on first launch (can_prebuild is False)")
+        """Compile the candidate's kernels into Triton's cache in a worker process, for this
+        device's GPU (``prebuild.py``); a no-op in the interpreter and for symbolic sizes."""
+        if not self.can_prebuild or signature(kernel).symbols:
+            return
+        with _CODEGEN_LOCK:  # prebuilds run in threads; codegen interns expressions
+            program = self.program(kernel, config)
+            module = load_module(program.source, interpret=False)
+        dtypes = {name: buf.dtype.torch for name, buf in kernel.buffers.items()}
+        prebuild(program, module, dtypes, triton.runtime.driver.active.get_current_target(), timeout)
 
     def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
         if self.device != "cuda":

@@ -37,6 +37,11 @@ def module_path(source: str) -> Path:
     return settings.cache_dir("triton") / key[:2] / f"ln_{key[:32]}.py"
 
 
+def module_name(path: Path) -> str:
+    """The name the module at ``path`` is imported under (Triton hashes functions by it)."""
+    return f"loopnest_triton_{path.stem}"
+
+
 def load_module(source: str, interpret: bool) -> ModuleType:
     """Import ``source`` from the code cache (written there first if new).
 
@@ -53,7 +58,7 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     else:
         atomic_write(path, source)
         counters["kernels_compiled"] += 1
-    spec = importlib.util.spec_from_file_location(f"loopnest_triton_{path.stem}", path)
+    spec = importlib.util.spec_from_file_location(module_name(path), path)
     module = importlib.util.module_from_spec(spec)
     with triton.knobs.runtime.scope():
         triton.knobs.runtime.interpret = interpret
@@ -204,15 +209,24 @@ class _Step:
         key = (device, (1 << len(self.tensors)) - 1)
         if key in self.kernels:
             return
-        args = list(self.template)  # Triton's warmup takes dtypes for tensors (aligned pointers)
+        self.kernels[key] = self._load(self.warmup_args(), device)
+
+    def warmup_args(self) -> list:
+        """The arguments for aligned tensors: their dtypes, as Triton's warmup takes them."""
+        args = list(self.template)
         for (k, _, _), dtype in zip(self.tensors, self.dtypes):
             args[k] = dtype
-        self.kernels[key] = self._load(args, device)
+        return args
+
+    def compiled(self, args: list):
+        """Triton's compiled kernel for ``args`` (tensors or dtypes), from its in-memory or on-disk
+        cache, or compiled now for the current device; not loaded."""
+        return self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
 
     def _load(self, args: list, device: int):
         """Compile (or find in Triton's cache) the kernel ``args`` specialize, loaded on ``device``."""
         with torch.cuda.device(device):  # warm-ups run in worker threads: compile for this device
-            kernel = self.fn.warmup(*args, *self.tail, grid=(self.programs,), **self.options)
+            kernel = self.compiled(args)
         return direct_launch(kernel, device)
 
 
