@@ -96,6 +96,13 @@ def _db(args):
     return open_db(resolve_url(args.db))
 
 
+def _reader(args):
+    """The tuning DB for the commands that only read it (without the ORM: they start faster)."""
+    from .db.read import TuningReader, resolve_url
+
+    return TuningReader(resolve_url(args.db))
+
+
 # -- subcommands ------------------------------------------------------------------------------------
 def cmd_sweep(args) -> int:
     from sqlalchemy.exc import DBAPIError
@@ -139,7 +146,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_db_list(args) -> int:
-    winners = _db(args).winners(backend=args.backend, stale=True if args.stale else None)
+    with _reader(args) as db:
+        winners = db.winners(backend=args.backend, stale=True if args.stale else None)
     if args.kernel:
         winners = [w for w in winners if w.kernel_hash.startswith(args.kernel) or w.name == args.kernel]
     emit(args, [winner_row(w) for w in winners], WINNER_COLUMNS)
@@ -149,10 +157,10 @@ def cmd_db_list(args) -> int:
 def cmd_db_show(args) -> int:
     from .autotune.queries import kernel_winners
 
-    db = _db(args)
-    winners = kernel_winners(db, args.kernel)
-    hashes = {w.kernel_hash for w in winners} or {args.kernel}
-    trials = [t for t in db.trials() if any(t.kernel_hash.startswith(h) for h in hashes)]
+    with _reader(args) as db:
+        winners = kernel_winners(db, args.kernel)
+        hashes = {w.kernel_hash for w in winners} or {args.kernel}
+        trials = [t for t in db.trials() if any(t.kernel_hash.startswith(h) for h in hashes)]
     if args.format == "json":
         print(json.dumps({"winners": [winner_row(w) for w in winners],
                           "trials": [t.__dict__ for t in trials]}, indent=2, default=str))
@@ -183,16 +191,17 @@ def cmd_db_best(args) -> int:
 def cmd_db_stale(args) -> int:
     from .autotune.queries import stale_winners
 
+    with _reader(args) as db:
+        stale = stale_winners(db)
     rows = [{**winner_row(s.winner), "changed": {k: f"{a} -> {b}" for k, (a, b) in s.changed.items()}}
-            for s in stale_winners(_db(args))]
+            for s in stale]
     emit(args, rows, (col("name"), col("kernel", lambda h: h[:12]), col("backend"), col("sizes"),
                       col("time_us", duration, "time"), col("changed")))
     return 0
 
 
 def cmd_db_export(args) -> int:
-    db = _db(args)
-    with open(args.out, "w") if args.out else contextlib.nullcontext(sys.stdout) as fp:
+    with _reader(args) as db, open(args.out, "w") if args.out else contextlib.nullcontext(sys.stdout) as fp:
         count = db.export_jsonl(fp)
     print(f"exported {count} winners", file=sys.stderr)
     return 0
@@ -454,8 +463,8 @@ def _failure(exc: BaseException, args) -> str | None:
         extra, what = EXTRAS[module]
         return f"{what} needs {module}, which is not installed: pip install 'loopnest[{extra}]'"
     if type(exc).__module__.startswith("sqlalchemy"):
-        from .db.api import resolve_url
         from .db.engine import unavailable
+        from .db.read import resolve_url
 
         exc = unavailable(resolve_url(args.db), exc) or exc
     if isinstance(exc, OSError) and exc.filename:

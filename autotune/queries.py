@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends import registry
-from ..db.api import HardwareInfo, LookupResult, TuningDB, TuningKey, WinnerRecord
+from ..db.records import HardwareInfo, LookupResult, TuningKey, WinnerRecord
+
+if TYPE_CHECKING:  # the DB commands that only read start without the ORM that db.api imports
+    from ..db.api import TuningDB
+    from ..db.read import TuningReader
 
 
-def kernel_winners(db: TuningDB, ident: str) -> list[WinnerRecord]:
+def kernel_winners(db: TuningReader, ident: str) -> list[WinnerRecord]:
     """Winners of the kernel(s) whose structural hash starts with ``ident`` or whose name is it."""
     return [w for w in db.winners() if w.kernel_hash.startswith(ident) or w.name == ident]
 
@@ -56,7 +60,7 @@ class StaleWinner:
     changed: dict[str, tuple[Any, Any]]  # version -> (stored, current)
 
 
-def stale_winners(db: TuningDB) -> list[StaleWinner]:
+def stale_winners(db: TuningReader) -> list[StaleWinner]:
     """Winners marked stale, or whose software differs from this machine's current versions."""
     current: dict[str, dict] = {}  # only the backends the DB holds winners of (triton is slow to import)
     out = []

@@ -54,7 +54,7 @@ class HardwareInfo:
             if not isinstance(getattr(self, attr), str):
                 raise ValueError(f"HardwareInfo.{attr} must be a str")
 
-    @property
+    @functools.cached_property  # a winner list shares one HardwareInfo per machine: hashed once
     def fingerprint(self) -> str:
         """Stable 20-hex-digit digest identifying this machine model."""
         memory = 0 if self.kind == HardwareKind.CPU else self.memory_bytes

@@ -3,11 +3,11 @@
 ``TuningDB`` stores kernels, measured trials and one winner per tuning key, in SQLite (default,
 under the user cache dir) or PostgreSQL (shared between machines; Optuna's storage may live in
 the same database). The schema is migrated on open. Configs are JSON data, validated by the
-backend before use; the database never holds code.
+backend before use; the database never holds code. The reads are ``TuningReader``'s
+(:mod:`loopnest.db.read`, without the ORM); this class adds the writes and lookups.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import socket
@@ -16,32 +16,28 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import lru_cache
 from datetime import timedelta
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import platformdirs
-from sqlalchemy import ColumnElement, Select, delete, func, make_url, or_, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from loopnest.core import settings
-from loopnest.db.engine import (
-    DatabaseUnavailable, UnsupportedDatabase, dialect_insert, make_engine, session_factory, session_scope,
-    unavailable,
-)
-from loopnest.db.jsonl import ConfigValidator, ImportRowError, ParsedImport, checked_row, parse_lines
+from loopnest.db.engine import DatabaseUnavailable, UnsupportedDatabase, dialect_insert, session_factory, session_scope
+from loopnest.db.jsonl import ConfigValidator, ImportRowError, ParsedImport, parse_lines
 from loopnest.db.models import Hardware, Kernel, Trial, TrialState, Winner, utcnow
+from loopnest.db.read import TuningReader, db_exists, default_db_url, resolve_url, winner_record
 from loopnest.db.records import (
     HardwareInfo, HardwareKind, LookupKind, LookupResult, TrialRecord, TuningKey, WinnerRecord,
     json_object, positive_float,
 )
-from loopnest.db.schema import SchemaError, migrate
+from loopnest.db.schema import SchemaError
 
 log = logging.getLogger("loopnest.db")
 
 __all__ = [
     "ConfigValidator", "DatabaseUnavailable", "HardwareInfo", "HardwareKind", "ImportRowError", "LookupKind",
     "LookupResult", "ParsedImport", "SchemaError", "TrialRecord", "TrialState", "TuningDB", "TuningKey",
-    "UnknownKernelError", "UnsupportedDatabase", "WinnerRecord", "default_db_url",
+    "TuningReader", "UnknownKernelError", "UnsupportedDatabase", "WinnerRecord", "db_exists", "default_db_url",
+    "open_db", "resolve_url",
 ]
 
 _WINNER_KEY = ("kernel_id", "hardware_id", "sizes_key", "dtypes_key")
@@ -51,35 +47,12 @@ class UnknownKernelError(LookupError):
     """A trial or winner names a kernel that was never registered with ``register_kernel``."""
 
 
-def default_db_url() -> str:
-    """``$LOOPNEST_DB`` if set, else a SQLite file ``tuning.db`` in the user cache dir."""
-    return settings.current().db_url or f"sqlite:///{Path(platformdirs.user_cache_dir('loopnest')) / 'tuning.db'}"
-
-
-class TuningDB:
+class TuningDB(TuningReader):
     """Handle on one tuning database; opening it migrates the schema to this loopnest's head."""
 
     def __init__(self, url: str | None = None) -> None:
-        self.url = url or default_db_url()
-        self.engine = make_engine(self.url)
-        try:
-            self.revision = migrate(self.engine)
-        except BaseException as exc:
-            self.engine.dispose()
-            if (error := unavailable(self.url, exc)) is not None:
-                raise error from exc
-            raise
+        super().__init__(url, plain_sqlite=False)
         self._writer, self._reader = session_factory(self.engine)
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self.engine.dispose()
-
-    def __enter__(self) -> TuningDB:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def session(self, write: bool = True) -> AbstractContextManager[Session]:
         """A session that commits on success and rolls back on error."""
@@ -127,18 +100,6 @@ class TuningDB:
                 raise ValueError(f"cannot finish trial {trial_id}: {found}, not running")
             trial.state, trial.message, trial.verified_error = state, message, verified_error
             trial.p20_us, trial.p50_us, trial.p80_us = p20, p50, p80
-
-    def trials(self, key: TuningKey | None = None, study: str | None = None,
-               state: TrialState | str | None = None) -> list[TrialRecord]:
-        """Trials, oldest first, optionally of one key, one study, one state."""
-        query = select(Trial, Kernel, Hardware).join(Kernel, Trial.kernel_id == Kernel.id)
-        query = query.join(Hardware, Trial.hardware_id == Hardware.id).order_by(Trial.id)
-        if key is not None:
-            query = query.where(*_key_filter(Trial, key))
-        state = None if state is None else TrialState(state)
-        query = _where_given(query, (Trial.study, study), (Trial.state, state))
-        with self.session(write=False) as s:
-            return [r for r in (_trial_record(t, k, h) for t, k, h in s.execute(query)) if r is not None]
 
     def fail_running_trials(self, study: str | None = None, host: str | None = None) -> int:
         """Mark trials left ``running`` (by a crashed worker) runtime_error "interrupted"."""
@@ -236,28 +197,6 @@ class TuningDB:
             result = replace(result, winner=replace(result.winner, stale=True))
         return result
 
-    def winners(self, kernel_hash: str | None = None, backend: str | None = None,
-                hardware: HardwareInfo | str | None = None, name: str | None = None,
-                stale: bool | None = None) -> list[WinnerRecord]:
-        """Winners matching every given filter (``hardware``: info or fingerprint)."""
-        fingerprint = hardware.fingerprint if isinstance(hardware, HardwareInfo) else hardware
-        query = _where_given(_winner_query(), (Kernel.structural_hash, kernel_hash), (Kernel.backend, backend),
-                             (Hardware.fingerprint, fingerprint), (Kernel.name, name))
-        if stale is not None:
-            query = query.where(Winner.stale.is_(stale))
-        with self.session(write=False) as s:
-            return [r for r in (_winner_record(w, k, h) for w, k, h in s.execute(query)) if r is not None]
-
-    def stale_winners(self) -> list[WinnerRecord]:
-        """Winners measured with other software than a later lookup had: re-tune candidates."""
-        return self.winners(stale=True)
-
-    def export_jsonl(self, fp: IO[str], **filters: Any) -> int:
-        """Write winners (``winners()`` filters apply) as JSON lines; return how many."""
-        records = self.winners(**filters)
-        fp.writelines(_dumps(record.to_json()) + "\n" for record in records)
-        return len(records)
-
     def import_jsonl(self, fp: Iterable[str], validate_config: ConfigValidator) -> ParsedImport:
         """Validate every row, then upsert all in one transaction; a bad row imports nothing. Of
         two rows with one key the faster is imported (``duplicates`` says which were dropped)."""
@@ -314,7 +253,7 @@ def _adopt_id(s: Session, column: str, new_id: int) -> None:
             if _delete_orphans(s, model, **{column: new_id}) == 0:
                 continue
             log.warning("tuning DB: deleted %s rows left by a deleted %s row with id %s",
-                        model.__tablename__, column.removesuffix("_id"), new_id)
+                        model.__table__.name, column.removesuffix("_id"), new_id)
 
 
 def _delete_orphans(s: Session, model: type[Trial] | type[Winner], **ids: int) -> int:
@@ -342,6 +281,10 @@ def _kernel_filter(kernel_hash: str, backend: str) -> tuple[ColumnElement[bool],
 def _where_given(stmt: Any, *filters: tuple[Any, Any]) -> Any:
     """``stmt`` restricted to ``column == value`` for each (column, value) whose value is not None."""
     return stmt.where(*(column == value for column, value in filters if value is not None))
+
+
+def _hardware_info(h: Hardware) -> HardwareInfo:
+    return HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes)
 
 
 def _key_ids(s: Session, key: TuningKey) -> tuple[int, int]:
@@ -418,7 +361,7 @@ def _offer_winner(s: Session, kernel_id: int, hardware_id: int, record: WinnerRe
             if inserted.rowcount:
                 return record
             continue  # a concurrent writer inserted the row first: decide against it, locked
-        current = _winner_record(row, s.get_one(Kernel, kernel_id), s.get_one(Hardware, hardware_id))
+        current = winner_record(row, s.get_one(Kernel, kernel_id), _hardware_info(s.get_one(Hardware, hardware_id)))
         broken = row.trial_id is not None and not _backs(s.get(Trial, row.trial_id), row)  # its trial is gone
         if current is not None and not broken and not current.stale and current.software == record.software \
                 and current.time_us <= record.time_us:
@@ -458,7 +401,7 @@ def _lookup(
     row = s.scalar(select(Winner).where(*_key_filter(Winner, key, kernel.id, hardware.id)))
     if row is None:
         return _nearest(s, key, kernel, hardware), None
-    record = _winner_record(row, kernel, hardware)
+    record = winner_record(row, kernel, _hardware_info(hardware))
     if record is None:  # damaged: served as a miss (a warning names the row)
         return LookupResult(LookupKind.MISS), None
     if row.software == software:
@@ -478,72 +421,12 @@ def _nearest(s: Session, key: TuningKey, kernel: Kernel, hardware: Hardware) -> 
         Winner.dtypes_key == key.dtypes_key, Winner.rank == len(key.sizes),
         Winner.sizes_key != key.sizes_key,
     )).all()
-    records = [r for r in (_winner_record(w, kernel, hardware) for w in rows) if r is not None]
+    machine = _hardware_info(hardware)
+    records = [r for r in (winner_record(w, kernel, machine) for w in rows) if r is not None]
     if not records:
         return LookupResult(LookupKind.MISS)
     best = min(records, key=lambda r: (_log_distance(r.sizes, key.sizes), r.key.sizes_key))
     return LookupResult(LookupKind.NEAREST, best, _log_distance(best.sizes, key.sizes))
-
-
-def _winner_query() -> Select[tuple[Winner, Kernel, Hardware]]:
-    """Winners joined with their kernel and hardware, in a stable order."""
-    return (
-        select(Winner, Kernel, Hardware)
-        .join(Kernel, Winner.kernel_id == Kernel.id)
-        .join(Hardware, Winner.hardware_id == Hardware.id)
-        .order_by(Kernel.name, Winner.id)
-    )
-
-
-def _winner_record(w: Winner, k: Kernel, h: Hardware) -> WinnerRecord | None:
-    """The row as a record; None, with a warning naming the row, when a stored column is damaged."""
-    try:
-        v = checked_row(w, ("sizes", "dtypes", "config", "time_us", "default_time_us", "software"))
-        return WinnerRecord(
-            kernel_hash=k.structural_hash, name=k.name, backend=k.backend, sizes=v["sizes"], dtypes=v["dtypes"],
-            hardware=HardwareInfo(h.kind, h.name, h.capability, h.cores, h.memory_bytes), config=v["config"],
-            time_us=v["time_us"], default_time_us=v["default_time_us"], software=v["software"],
-            stale=bool(w.stale), trial_id=w.trial_id, updated_at=w.updated_at,
-        )
-    except (TypeError, ValueError) as exc:
-        log.warning("tuning DB: skipping damaged row %s.id=%s (%s): %s; re-tune it or delete the row",
-                    Winner.__tablename__, w.id, k.name, exc)
-        return None
-
-
-def _trial_record(t: Trial, k: Kernel, h: Hardware) -> TrialRecord | None:
-    """The row as a record; None, with a warning naming the row, when a stored column is damaged."""
-    try:
-        v = checked_row(t, ("sizes", "dtypes", "config", "p20_us", "p50_us", "p80_us"))
-        return TrialRecord(
-            id=t.id, kernel_hash=k.structural_hash, backend=k.backend, sizes=v["sizes"], dtypes=v["dtypes"],
-            hardware_fingerprint=h.fingerprint, config=v["config"], state=TrialState(t.state), message=t.message,
-            p20_us=v["p20_us"], p50_us=v["p50_us"], p80_us=v["p80_us"], verified_error=t.verified_error,
-            host=t.host, study=t.study, created_at=t.created_at,
-        )
-    except (TypeError, ValueError) as exc:
-        log.warning("tuning DB: skipping damaged row %s.id=%s (%s): %s; delete the row",
-                    Trial.__tablename__, t.id, k.name, exc)
-        return None
-
-
-def _dumps(obj: Any) -> str:
-    """Compact, key-sorted JSON (stable export files)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def resolve_url(url: str | None) -> str:
-    """``url``, or ``$LOOPNEST_DB``, or the SQLite file in the user cache dir."""
-    return url or default_db_url()
-
-
-def db_exists(url: str) -> bool:
-    """False only for a SQLite file that does not exist yet (a lookup need not create it)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return True
-    database = parsed.database or ""
-    return database in ("", ":memory:") or database.startswith("file:") or Path(database).expanduser().exists()
 
 
 @lru_cache(maxsize=None)

@@ -9,15 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event, make_url
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.orm import Session, sessionmaker
+
+from loopnest.db.jsonl import STRICT_JSON
+
+if TYPE_CHECKING:  # the ORM is imported by the writers only (the read path starts faster without it)
+    from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+SUPPORTED = ("postgresql", "sqlite")
 _WRITE_OPTION = "loopnest_write"
 
 
@@ -72,10 +75,10 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url``; creates the directory of a SQLite file if needed."""
     parsed = _parse(url)
     backend = parsed.get_backend_name()
-    if backend not in _INSERTS:
+    if backend not in SUPPORTED:
         raise UnsupportedDatabase(
             f"tuning DB URL {parsed.render_as_string()} uses {backend!r}; "
-            f"supported: {', '.join(sorted(_INSERTS))}"
+            f"supported: {', '.join(SUPPORTED)}"
         )
     if backend == "postgresql":
         return create_engine(parsed, pool_pre_ping=True)
@@ -87,7 +90,7 @@ def make_engine(url: str) -> Engine:
         except OSError as exc:
             raise DatabaseUnavailable(f"cannot create the folder {folder} of the tuning DB {database}: "
                                       f"{exc.strerror}; choose another --db (or LOOPNEST_DB)") from None
-    engine = create_engine(parsed)
+    engine = create_engine(parsed, json_deserializer=STRICT_JSON.decode)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
@@ -109,12 +112,18 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
 
+def read_only(engine: Engine) -> Engine:
+    """``engine`` for transactions that only read: on SQLite they begin without the write lock."""
+    return engine.execution_options(**{_WRITE_OPTION: False})
+
+
 def session_factory(engine: Engine) -> tuple[sessionmaker[Session], sessionmaker[Session]]:
     """(writing, read-only) session factories; they differ only in SQLite's BEGIN mode."""
-    reader = engine.execution_options(**{_WRITE_OPTION: False})
+    from sqlalchemy.orm import sessionmaker
+
     return (
         sessionmaker(engine, expire_on_commit=False),
-        sessionmaker(reader, expire_on_commit=False),
+        sessionmaker(read_only(engine), expire_on_commit=False),
     )
 
 
@@ -134,4 +143,8 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 def dialect_insert(session: Session, model: Any) -> Any:
     """An INSERT supporting ``on_conflict_do_update/nothing`` for the session's database."""
-    return _INSERTS[session.get_bind().dialect.name](model)
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)

@@ -15,10 +15,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from loopnest.db.models import CORRUPT
+from loopnest.db.records import CORRUPT
 from loopnest.db.records import (
     HardwareInfo, WinnerRecord, dtype_names, json_object, kernel_hash, positive_float,
 )
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+# SQLite's JSON columns are read back strictly: NaN and Infinity, which json.loads accepts, are
+# errors (the column reads as damaged), so a value read back is plain JSON without a second check.
+# PostgreSQL's json type refuses them on the way in.
+STRICT_JSON = json.JSONDecoder(parse_constant=_not_json)
 
 ConfigValidator = Callable[[str, dict[str, Any], HardwareInfo], None]  # (backend, config, tuned-on hardware)
 _HARDWARE_FIELDS = ("kind", "name", "capability", "cores", "memory_bytes", "fingerprint")
@@ -75,15 +84,23 @@ def _timestamp(value: Any, what: str) -> datetime | None:
         raise ValueError(f"{what} must be an ISO timestamp, got {value!r}") from None
 
 
+def _stored_object(value: Any, what: str) -> dict[str, Any]:
+    """A JSON object read back from the DB: plain JSON already (``STRICT_JSON``)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a dict, got {type(value).__name__}")
+    return value
+
+
 _COLUMNS: dict[str, Callable[[Any, str], Any]] = {
-    "sizes": _sizes, "dtypes": _dtypes, "config": json_object, "software": json_object, "time_us": positive_float,
+    "sizes": _sizes, "dtypes": _dtypes, "config": _stored_object, "software": _stored_object,
+    "time_us": positive_float,
     "default_time_us": _optional_time, "p20_us": _optional_time, "p50_us": _optional_time, "p80_us": _optional_time,
 }
 
 
 def checked_row(row: Any, columns: Iterable[str]) -> dict[str, Any]:
-    """``columns`` of an ORM row, each checked as an imported row's field is; ValueError naming the
-    first damaged one (``models.CORRUPT``: stored text that is not JSON)."""
+    """``columns`` of a row, each checked as an imported row's field is; ValueError naming the
+    first damaged one (``CORRUPT``: stored text that is not JSON)."""
     out = {}
     for name in columns:
         value = getattr(row, name)

@@ -5,8 +5,7 @@ same database. Models hold data only; queries live in :mod:`loopnest.db.api`.
 """
 from __future__ import annotations
 
-import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -27,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-CORRUPT = object()  # what a JSON column holds when its stored text does not decode
+from loopnest.db.records import CORRUPT, RequestState, TrialState, utcnow  # noqa: F401 - re-exported
 
 
 class CheckedJSON(TypeDecorator):
@@ -54,23 +53,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-class TrialState(enum.StrEnum):
-    """Outcome of one measured config; only ``ok`` trials may become winners."""
-
-    OK = "ok"
-    INVALID = "invalid"
-    COMPILE_ERROR = "compile_error"
-    RUNTIME_ERROR = "runtime_error"
-    TIMEOUT = "timeout"
-    WRONG_RESULT = "wrong_result"
-    RUNNING = "running"
-
-
-def utcnow() -> datetime:
-    """Current time as naive UTC (stored identically on SQLite and PostgreSQL)."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
@@ -175,16 +157,6 @@ class Winner(Base):
         ForeignKey("ln_trials.id", ondelete="SET NULL")
     )
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)  # time measured
-
-
-class RequestState(enum.StrEnum):
-    """Where a tuning request is: waiting, leased by a worker, or finished one way or another."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 REQUEST_STATE_TYPE = Enum(

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from loopnest.core.hardware import HardwareInfo, HardwareKind
-from loopnest.db.models import RequestState
+from loopnest.db.records import RequestState
 
 _FINGERPRINT = re.compile(r"[0-9a-f]{20}")
 _ALIASES = {"avx512": "avx512f", "gpu": "cuda"}

@@ -1,7 +1,8 @@
 """Plain values exchanged with the tuning DB: keys, hardware descriptions, winners, trials.
 
 These are what the rest of loopnest sees (through :mod:`loopnest.db.api`); ORM rows never leave
-the database layer.
+the database layer. Nothing here imports SQLAlchemy (the read path of :mod:`loopnest.db.read`
+starts without it).
 """
 from __future__ import annotations
 
@@ -11,17 +12,44 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from loopnest.core.hardware import HardwareInfo, HardwareKind  # noqa: F401 - part of db's API
-from loopnest.db.models import TrialState
 
 
 # The IR's dtype names (ir/dtypes.py; tests/test_db.py checks the two agree): the DB stores names only.
 DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
                          "uint8", "bool"})
 KERNEL_HASH = re.compile(r"[0-9a-f]{8,64}")  # a structural hash is lowercase hex (ir/hashing.py: 20 digits)
+CORRUPT = object()  # what a JSON column holds when its stored text does not decode
+
+
+class TrialState(enum.StrEnum):
+    """Outcome of one measured config; only ``ok`` trials may become winners."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+    RUNNING = "running"
+
+
+class RequestState(enum.StrEnum):
+    """Where a tuning request is: waiting, leased by a worker, or finished one way or another."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+def utcnow() -> datetime:
+    """Current time as naive UTC (stored identically on SQLite and PostgreSQL)."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class LookupKind(enum.StrEnum):

@@ -5,7 +5,8 @@ Opening a database brings its schema to this loopnest's head revision inside one
 between threads by a lock, since Alembic's ``context`` is process-global).
 A database written by a newer loopnest, or one whose ``ln_`` tables lack a version table, is
 refused with an error instead of being modified. A database already at ``HEAD`` is recognized by
-one query, without importing Alembic (a tenth of a second the DB commands need not pay).
+one query, without importing Alembic (a tenth of a second the DB commands need not pay); this
+module imports SQLAlchemy only when it migrates, so the read path can use ``HEAD`` without it.
 """
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import SQLAlchemyError
-
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
+    from sqlalchemy import Connection, Engine
 
 HEAD = "ln0002"  # the newest revision in migrations/versions (tests/test_db.py checks it)
 VERSION_TABLE = "ln_alembic_version"
@@ -62,6 +61,9 @@ def current_revision(conn: Connection) -> str | None:
 
 def stamped(engine: Engine) -> str | None:
     """The database's revision by one plain query (None without a version table)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         with engine.connect() as conn:
             return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
@@ -75,6 +77,7 @@ def migrate(engine: Engine) -> str:
         return HEAD
     from alembic import command
     from alembic.script import ScriptDirectory
+    from sqlalchemy import text
 
     cfg = alembic_config()
     script = ScriptDirectory.from_config(cfg)
@@ -96,6 +99,8 @@ def _check_upgradable(
 ) -> None:
     """Raise SchemaError unless ``current`` is a revision this loopnest knows, or None on a
     database without loopnest tables (every known revision is ``head`` or older)."""
+    from sqlalchemy import inspect
+
     url = conn.engine.url.render_as_string(hide_password=True)
     if current is None:
         tables = sorted(t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX))

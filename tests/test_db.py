@@ -27,6 +27,7 @@ from loopnest.db.api import (
     UnknownKernelError, default_db_url,
 )
 from loopnest.db.models import utcnow
+from loopnest.db.read import TuningReader
 from loopnest.db.records import DTYPE_NAMES
 from loopnest.ir.dtypes import BY_NAME
 from loopnest.db.schema import HEAD, VERSION_TABLE, alembic_config, head_revision
@@ -308,6 +309,45 @@ def test_lookup_exact_stale_nearest_miss(db, cpu, software):
     assert db.lookup(key(cpu, (8192, 2048)), software).kind == LookupKind.EXACT
     db.store_winner(key(cpu, (8192, 2048)), {"block": 32, "threads": 2}, 18.0, 30.0, newer_codegen)
     assert db.stale_winners() == []
+
+
+# -- the read path ---------------------------------------------------------------------------
+
+def test_a_reader_reads_what_the_orm_reads(db, db_url, cpu, software):
+    _populate(db, cpu, software)
+    ok = db.record_trial(key(cpu), {"block": 64, "threads": 2}, "ok", quantiles=(1.0, 2.0, 3.0), study="s")
+    slow = db.record_trial(key(cpu, (1024, 1024)), {"block": 16, "threads": 2}, "timeout", "slow")
+    with TuningReader(db_url) as reader:
+        assert (reader.engine is None) == db_url.startswith("sqlite")  # a SQLite file: sqlite3 alone
+        winners = {w.sizes: w for w in reader.winners()}
+        for sizes in ((1024, 1024), (8192, 2048)):  # the lookup builds its record from the ORM's row
+            assert winners[sizes] == db.lookup(key(cpu, sizes), software).winner
+        assert [w.sizes for w in reader.winners(stale=True)] == [(8192, 2048)]
+        assert [w.sizes for w in reader.winners(stale=False, name="softmax", hardware=cpu)] == [(1024, 1024)]
+        assert reader.winners(backend="triton") == reader.winners(hardware="0" * 20) == []
+        assert [t.id for t in reader.trials()] == [ok, slow]
+        (found,) = reader.trials(key(cpu), study="s", state=TrialState.OK)
+        assert (found.id, found.config, found.p50_us, found.hardware_fingerprint) == (ok, {"block": 64, "threads": 2},
+                                                                                        2.0, cpu.fingerprint)
+        (timed_out,) = reader.trials(state="timeout")
+        assert (timed_out.message, timed_out.created_at.year) == ("slow", utcnow().year)
+        assert reader.trials() == db.trials()
+
+
+def test_a_reader_migrates_or_refuses_a_schema_as_the_db_does(db_url):
+    with TuningReader(db_url) as reader:  # a new database is created at the head revision
+        assert reader.revision == HEAD and reader.winners() == []
+    cfg = alembic_config()
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "base")
+    engine.dispose()
+    with TuningReader(db_url) as reader:
+        assert reader.revision == HEAD and reader.engine is not None and reader.trials() == []
+    run_sql(db_url, f"UPDATE {VERSION_TABLE} SET version_num = 'ln9999'")
+    with pytest.raises(SchemaError, match="upgrade loopnest"):
+        TuningReader(db_url)
 
 
 # -- exchange ----------------------------------------------------------------------------------

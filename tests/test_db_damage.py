@@ -13,10 +13,10 @@ from loopnest.db.api import HardwareInfo, LookupKind, TuningDB, TuningKey
 
 HW = HardwareInfo("cpu", "a test cpu", "avx2", 2, 1 << 30)
 CONFIG = {"threads": 1, "lanes": 16, "chunk": 64, "schedule": "static", "grain": 0}
-DAMAGE = {  # column -> what a broken writer, a disk or a hand edit left there
-    "config": "'{not json'", "sizes": "'\"8x8\"'", "dtypes": "'[1, 2]'", "time_us": "'fast'",
-    "default_time_us": "-3", "software": "'[1]'",
-}
+DAMAGE = [  # (column, what a broken writer, a disk or a hand edit left there)
+    ("config", "'{not json'"), ("config", "'{\"threads\": NaN}'"), ("sizes", "'\"8x8\"'"), ("dtypes", "'[1, 2]'"),
+    ("time_us", "'fast'"), ("default_time_us", "-3"), ("software", "'[1]'"), ("software", "'{\"torch\": Infinity}'"),
+]
 
 
 def two_winners(path):
@@ -29,13 +29,13 @@ def two_winners(path):
     return keys
 
 
-@pytest.mark.parametrize("column", DAMAGE)
-def test_a_damaged_winner_is_skipped_with_a_warning_naming_it(tmp_path, column, caplog, capsys):
+@pytest.mark.parametrize("column, damage", DAMAGE)
+def test_a_damaged_winner_is_skipped_with_a_warning_naming_it(tmp_path, column, damage, caplog, capsys):
     path = tmp_path / "t.db"
     good, bad = two_winners(path)
     with sqlite3.connect(path) as conn:
         kernel_id = conn.execute("SELECT id FROM ln_kernels WHERE structural_hash = ?", (bad.kernel_hash,)).fetchone()[0]
-        conn.execute(f"UPDATE ln_winners SET {column} = {DAMAGE[column]} WHERE kernel_id = ?", (kernel_id,))
+        conn.execute(f"UPDATE ln_winners SET {column} = {damage} WHERE kernel_id = ?", (kernel_id,))
     db = TuningDB(f"sqlite:///{path}")
     with caplog.at_level(logging.WARNING, logger="loopnest.db"):
         assert [w.kernel_hash for w in db.winners()] == [good.kernel_hash]
