@@ -11,13 +11,16 @@ configs per size.
    (median, min, max), and the ratio of the best rounds (the least disturbed on a shared
    machine). The comparison includes the cost of symbolic sizes in the generated code.
 2. Dispatch: the same two kinds of graph at a tiny size (8x16, one thread, a stored winner),
-   called directly (``CompiledGraph``), ``--calls`` times each in interleaved blocks of 1,000;
-   the median host time per call of each, and dynamic minus static. Also at the
-   ``torch.compile`` level, where Dynamo's guards and AOTAutograd's wrappers for symbolic sizes
-   and loopnest's symbol bindings add their share, and for ``backend="aot_eager"`` (Dynamo and
-   AOTAutograd without loopnest: what the same front end costs any backend).
+   the median host time per call, dynamic minus static, each function called ``--calls`` times,
+   the functions taking turns every 10 calls (a change of load hits all alike). Through
+   ``torch.compile`` three numbers side by side, the four functions taking turns: with loopnest,
+   with ``backend="aot_eager"`` (Dynamo and AOTAutograd without loopnest: the framework's share,
+   what the same front end costs any backend), and their difference (loopnest's share). Then
+   loopnest's own layers alone: ``LoweredGraph.run`` (the FX calling convention, called with the
+   arguments Dynamo passes) and ``CompiledGraph`` (call plans).
 
     python bench/dynamic_tuning.py [--rows 512 4096 32768] [--cols 2048] [--trials 8] [--rounds 7]
+                                   [--dispatch-only]
 """
 from __future__ import annotations
 
@@ -122,19 +125,39 @@ def dispatch_overhead(calls: int, url: str) -> None:
     frontend = [torch.compile(softmax, backend="aot_eager", dynamic=d) for d in (False, True)]
     for f in frontend:
         f(x)
-    levels = (("CompiledGraph", (s_graph, d_graph)), ("torch.compile", (static_fn, dynamic_fn)),
-              ("aot_eager", tuple(frontend)))
-    for level, pair in levels:
-        per_call = ([], [])
-        for _ in range(calls // 1000):
-            for fn, out in zip(pair, per_call):
-                for _ in range(1000):
-                    t0 = time.perf_counter_ns()
-                    fn(x)
-                    out.append(time.perf_counter_ns() - t0)
-        s_us, d_us = (statistics.median(t) / 1e3 for t in per_call)
-        print(f"{level:>14}: {len(per_call[0])} calls each, median static {s_us:.2f} us, dynamic {d_us:.2f} us, "
-              f"dynamic - static {d_us - s_us:+.2f} us")
+    through = per_call({"loopnest static": static_fn, "loopnest dynamic": dynamic_fn,
+                        "aot_eager static": frontend[0], "aot_eager dynamic": frontend[1]}, x, calls)
+    us = {name: statistics.median(times) / 1e3 for name, times in through.items()}
+    loopnest, framework = (us[f"{b} dynamic"] - us[f"{b} static"] for b in ("loopnest", "aot_eager"))
+    print(f"through torch.compile, {calls} calls each, median µs per call: "
+          + ", ".join(f"{name} {t:.2f}" for name, t in us.items()))
+    print(f"dynamic - static: with loopnest {loopnest:+.2f} µs, with aot_eager (the framework's share) "
+          f"{framework:+.2f} µs, difference (loopnest's share) {loopnest - framework:+.2f} µs")
+    s_lowered, d_lowered = static_graphs[-1], dynamic_graphs[-1]
+    args = []  # what Dynamo passes the dynamic graph (its symbols' values, then the tensor)
+    d_lowered.run = lambda a, compiled=None: args.append(list(a)) or type(d_lowered).run(d_lowered, a, compiled)
+    dynamic_fn(x)
+    del d_lowered.run
+    layers = {"LoweredGraph.run": (lambda t: s_lowered.run([t]), lambda t: d_lowered.run(list(args[0]))),
+              "CompiledGraph": (s_graph, d_graph)}
+    for level, (static, dynamic) in layers.items():
+        own = {k: statistics.median(v) / 1e3 for k, v in per_call({"s": static, "d": dynamic}, x, calls).items()}
+        print(f"{level:>16}: median static {own['s']:.2f} µs, dynamic {own['d']:.2f} µs, "
+              f"dynamic - static {own['d'] - own['s']:+.2f} µs")
+
+
+def per_call(fns: dict, x, calls: int, block: int = 10) -> dict[str, list[int]]:
+    """Host ns of each of ``calls`` calls of each function; the functions take turns every
+    ``block`` calls, so a change of load hits all alike."""
+    times: dict[str, list[int]] = {name: [] for name in fns}
+    for _ in range(max(1, calls // block)):
+        for name, fn in fns.items():
+            out = times[name]
+            for _ in range(block):
+                t0 = time.perf_counter_ns()
+                fn(x)
+                out.append(time.perf_counter_ns() - t0)
+    return times
 
 
 def main() -> None:
@@ -145,10 +168,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20, help="calls per round")
     parser.add_argument("--calls", type=int, default=100_000, help="calls per graph for the dispatch cost")
+    parser.add_argument("--dispatch-only", action="store_true", help="measure the dispatch cost only")
     args = parser.parse_args()
     url = f"sqlite:///{tempfile.mkdtemp(prefix='ln-dyn-db-')}/tuning.db"
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, tuning DB {url}")
-    side_by_side(args.rows, args.cols, args.trials, args.rounds, args.repeat, url)
+    if not args.dispatch_only:
+        side_by_side(args.rows, args.cols, args.trials, args.rounds, args.repeat, url)
     dispatch_overhead(args.calls, url)
 
 

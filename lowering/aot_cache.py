@@ -37,26 +37,36 @@ def enabled() -> bool:
 def graph_key(gm: torch.fx.GraphModule, example_inputs, extra: str) -> str | None:
     """The cache key of Dynamo's ``gm`` called with ``example_inputs`` (``extra``: what else the
     ATen graph depends on, e.g. the decomposition table); None when the graph is not cacheable."""
-    if not enabled() or _pickler() is None:
-        return None
-    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
-        return None
-    if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
+    if not enabled() or _pickler() is None or not plain_inputs(gm, example_inputs):
         return None
     if any(n.op == "placeholder" and _symbolic(n.meta.get("example_value")) for n in gm.graph.nodes):
         return None
-    grad = torch.is_grad_enabled()
-    parts = [f"format {FORMAT}", torch.__version__, extra, gm.code, f"grad {grad}",
+    parts = [f"format {FORMAT}", torch.__version__, extra, gm.code, f"grad {torch.is_grad_enabled()}",
              f"default dtype {torch.get_default_dtype()}", _autocast_state()]
     for x in example_inputs:
-        if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_nested or x.layout != torch.strided:
-            return None
-        if grad and x.requires_grad:
-            return None  # AOTAutograd makes forward and backward graphs
         if _symbolic(x):
             return None
         parts.append(f"{x.dtype} {tuple(x.shape)} {x.stride()} {x.device} {x.requires_grad}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def plain_inputs(gm: torch.fx.GraphModule, example_inputs, sizes: bool = False) -> bool:
+    """True when Dynamo's ``gm`` holds no parameters, buffers or submodules and every input is a
+    strided tensor needing no gradient (under grad mode; else AOTAutograd makes forward and
+    backward graphs), or with ``sizes`` also a SymInt: the inputs AOTAutograd hands on as they are."""
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        return False
+    if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
+        return False
+    grad = torch.is_grad_enabled()
+    for x in example_inputs:
+        if sizes and isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool):
+            continue
+        if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_nested or x.layout != torch.strided:
+            return False
+        if grad and x.requires_grad:
+            return False
+    return True
 
 
 def _symbolic(value) -> bool:

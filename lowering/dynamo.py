@@ -1,6 +1,7 @@
 """Compiling Dynamo's torch-level graphs: AOTAutograd functionalizes them, applies the
 decomposition table and partitions them into forward and backward ATen graphs, each lowered and
-compiled here. Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``).
+compiled here. Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``), and are
+called without its runtime wrapper, which has nothing to do for them, at static or symbolic sizes.
 The ``torch.compile(backend="loopnest")`` entry point is ``loopnest.api.loopnest_backend``.
 """
 from __future__ import annotations
@@ -44,6 +45,8 @@ class AtenCompiler:
         self.backend = backend
         self.graphs: list[LoweredGraph] = []
         self._to_store: tuple | None = None  # (AOT cache key, Dynamo graph's input and output counts)
+        self._counts: tuple[int, int] | None = None  # Dynamo graph's input and output counts, if its inputs are plain
+        self._direct = None  # the compiled inference graph, when AOTAutograd's wrapper has nothing to do
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
@@ -65,9 +68,11 @@ class AtenCompiler:
             self._to_store = None
             aot_cache.store(key, gm, num_inputs, num_outputs)
         lowered = self.compile(gm, "inf")
-        if self.options.cudagraphs and self.backend.device == "cuda":
-            return CudaGraphBoxed(lowered)
-        return BoxedGraph(lowered)
+        boxed = CudaGraphBoxed(lowered) if self.options.cudagraphs and self.backend.device == "cuda" \
+            else BoxedGraph(lowered)
+        if self._counts is not None and aot_cache.plain_inference(gm, *self._counts):
+            self._direct = boxed
+        return boxed
 
     def aot(self, gm: torch.fx.GraphModule, example_inputs: Sequence):
         """Run AOTAutograd on a torch-level graph, compiling every graph it produces here.
@@ -75,19 +80,28 @@ class AtenCompiler:
         User Triton kernels behind ``torch.library.triton_op`` stay opaque custom ops (they are
         called through ATen as Extern nodes) instead of being decomposed into kernel wrappers."""
         key = aot_cache.graph_key(gm, example_inputs, table_fingerprint())
+        self._counts = self._direct = None
         if key is not None:
             cached = aot_cache.load(key)
             if cached is not None:
                 return _unboxed(self.inference(cached, None))
-            outputs = gm.graph.output_node().args[0]
-            self._to_store = (key, len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
+        outputs = gm.graph.output_node().args[0]
+        counts = (len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
+        if key is not None:
+            self._to_store = (key, *counts)
+        # AOTAutograd's runtime wrapper would disable autocast around the call if it is on now
+        if aot_cache.plain_inputs(gm, example_inputs, sizes=True) and not torch._C._is_any_autocast_enabled():
+            self._counts = counts
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table(),
                            partition_fn=min_cut_rematerialization_partition)
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
-            return aot(gm, example_inputs)
-        with functorch_config.patch(decompose_custom_triton_ops=False):
-            return aot(gm, example_inputs)
+            wrapped = aot(gm, example_inputs)
+        else:
+            with functorch_config.patch(decompose_custom_triton_ops=False):
+                wrapped = aot(gm, example_inputs)
+        direct, self._counts, self._direct = self._direct, None, None
+        return wrapped if direct is None else _unboxed(direct)
 
 
 def _unboxed(boxed):

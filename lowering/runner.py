@@ -54,8 +54,8 @@ class LoweredGraph:
         build of the same graph to run instead (the tuner's candidates)."""
         direct = self._direct
         if direct is not None and len(args) == self.program.num_args:
-            # static sizes, contiguous tensors on the device, outputs that are graph results: the
-            # arguments go to the compiled graph as they are (anything else takes the path below)
+            # contiguous tensors on the device, outputs that are graph results: the tensors go to
+            # the compiled graph as they are (anything else takes the path below)
             tensors = [args[i] for i in direct.positions]
             if all(isinstance(t, torch.Tensor) and t.is_contiguous() and t.device.type == direct.device
                    for t in tensors):
@@ -97,10 +97,12 @@ class _Direct:
 
 
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
-    """The pass-through of ``program`` when it has no symbols, carriers or mutations, compiled every
-    tensor argument contiguous, and returns a flat list or tuple of graph results; else None."""
+    """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
+    argument contiguous, and returns a flat list or tuple of graph results; else None. Symbols are
+    no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
+    graph binds itself (its call plans are keyed by the shapes), and nothing else here needs them."""
     leaves_ = program.outputs
-    if (program.sym_sources or program.carriers or program.mutations or type(leaves_) not in (list, tuple)
+    if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
             or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
             or any(not isinstance(leaf, OutputLeaf) or leaf.kind is not LeafKind.GRAPH or leaf.carrier is not None
                    for leaf in leaves_)):

@@ -149,3 +149,39 @@ def test_key_ignores_decompositions_other_libraries_register():
     finally:
         d._table.cache_clear()
         d._fingerprint.cache_clear()
+
+
+def _grad_mode_inside(monkeypatch) -> list[bool]:
+    """Grad mode as each call of a compiled graph finds it: AOTAutograd's runtime wrapper turns it
+    off around an inference graph, loopnest's direct call leaves it as the caller set it."""
+    from loopnest.lowering.runner import LoweredGraph
+
+    seen, run = [], LoweredGraph.run
+    monkeypatch.setattr(LoweredGraph, "run", lambda self, args, compiled=None: seen.append(
+        torch.is_grad_enabled()) or run(self, args, compiled))
+    return seen
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+def test_plain_inference_graphs_are_called_without_the_wrapper(cache, monkeypatch, dynamic):
+    monkeypatch.setenv("LOOPNEST_AOT_CACHE", "0")  # a cold compile: AOTAutograd runs and returns its wrapper
+    seen = _grad_mode_inside(monkeypatch)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend="loopnest", dynamic=dynamic,
+                      options={"backend": "cpp", "tune": "off"})
+    for n in (3, 5, 8) if dynamic else (3, 3):
+        x = torch.randn(n, 2 * n)
+        assert_close(f(x), torch.softmax(x * 2, -1), f"{n} rows")
+    assert seen and all(seen)  # grad mode on, as the caller left it: no wrapper in between
+
+
+def test_graphs_the_wrapper_works_for_keep_it(cache, monkeypatch):
+    seen = _grad_mode_inside(monkeypatch)
+    torch._dynamo.reset()
+    f = torch.compile(_mutates, backend="loopnest", dynamic=True, options={"backend": "cpp", "tune": "off"})
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        want = _mutates(x.clone())
+        assert_close(f(x), want, "result")
+        assert_close(x, want - 1, "mutated input")  # the wrapper applies the mutation
+    assert seen and not any(seen)

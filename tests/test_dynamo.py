@@ -204,6 +204,22 @@ def test_dynamic_shapes_views_and_indexing(case):
             torch.testing.assert_close(cf(x), f(x))
 
 
+def test_dynamic_graphs_pass_tensors_straight_through_unless_a_symbol_needs_a_carrier():
+    recorded = []
+    softmax = torch.compile(lambda x: torch.softmax(x, -1), backend="loopnest", dynamic=True,
+                            options={"recorder": recorded.append})
+    ramp = torch.compile(lambda x, n: torch.arange(n) * x.sum(), backend="loopnest", dynamic=True,
+                         options={"recorder": recorded.append})
+    with torch.no_grad():
+        for n in (3, 5, 9):
+            x = torch.randn(n, 2 * n)
+            torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+            torch.testing.assert_close(ramp(x, n + 4), torch.arange(n + 4) * x.sum())
+    (direct, carried) = recorded
+    assert direct.program.sym_sources and direct._direct is not None  # symbols bound from the tensor
+    assert carried.program.carriers and carried._direct is None  # n reaches the graph as a carrier
+
+
 def test_dynamic_shapes_with_size_arithmetic():
     f = torch.compile(lambda x: (x.reshape(-1) * x.shape[0]).reshape(x.shape[0], -1) + torch.arange(x.shape[1]),
                       backend="loopnest", dynamic=True)
