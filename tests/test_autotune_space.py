@@ -40,7 +40,8 @@ FULL_ARGMAX = lambda x: ln.argmax(x)  # noqa: E731
 
 @pytest.mark.parametrize("build, shape, knobs", [
     (POINTWISE, (64, 96), {"threads", "schedule", "grain"}),
-    (WELFORD_ROWS, (64, 96), {"threads", "schedule", "grain", "lanes"}),
+    (WELFORD_ROWS, (64, 96), {"threads", "schedule", "grain"}),            # two passes over short rows
+    (WELFORD_ROWS, (4, 70000), {"threads", "schedule", "grain", "lanes"}),  # Welford lanes over long ones
     (SUM_ROWS, (64, 96), {"threads", "schedule", "grain"}),
     (SUM_COLUMNS, (64, 96), {"threads", "schedule", "grain", "chunk"}),
     (FULL_MAX, (4096,), {"threads"}),
@@ -55,7 +56,7 @@ def test_cpp_space_tunes_only_knobs_the_code_uses(build, shape, knobs):
 
 
 def test_cpp_reduction_space_has_at_least_100_points_and_every_point_generates_code_a_sample_builds():
-    kernel = kernel_of(WELFORD_ROWS, (64, 96))
+    kernel = kernel_of(WELFORD_ROWS, (4, 70000))  # long rows: Welford lanes, so lanes is a knob
     space = cpp_space(kernel, CPU2)
     points = list(space.points())
     assert len(points) >= 100
@@ -69,7 +70,7 @@ def test_cpp_reduction_space_has_at_least_100_points_and_every_point_generates_c
 
 
 def test_stored_configs_are_validated_against_the_space():
-    space = cpp_space(kernel_of(WELFORD_ROWS, (64, 96)), CPU2)
+    space = cpp_space(kernel_of(WELFORD_ROWS, (4, 70000)), CPU2)
     assert space.validate({"threads": 1, "lanes": 8, "chunk": 64, "schedule": "dynamic", "grain": 8})
     for bad in [{"threads": "1"}, {"lanes": 3}, {"lanes": 1024}, {"threads": 99}, {"code": "import os"},
                 {"schedule": "auto"}, {"chunk": 32}, ["threads", 1]]:
@@ -94,7 +95,7 @@ def test_encode_round_trips_and_grid_covers_the_space():
 
 def test_auto_sampler_is_grid_for_small_spaces_and_tpe_otherwise():
     small = cpp_space(kernel_of(FULL_MAX, (4096,)), CPU2)
-    big = cpp_space(kernel_of(WELFORD_ROWS, (64, 96)), CPU2)
+    big = cpp_space(kernel_of(WELFORD_ROWS, (4, 70000)), CPU2)
     assert isinstance(make_sampler("auto", small, 24, 0), optuna.samplers.GridSampler)
     assert isinstance(make_sampler("auto", big, 24, 0), optuna.samplers.TPESampler)
     assert isinstance(make_sampler("cmaes", big, 24, 0), optuna.samplers.CmaEsSampler)

@@ -127,7 +127,7 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     (decision,) = near.tuning.values()
     assert (decision.source, decision.lookup) == ("default", "nearest") and "nearest shape" in decision.note
     db = open_db(db_url)
-    near_winner = CppConfig(threads=1, lanes=8, schedule="guided", grain=1)
+    near_winner = CppConfig(threads=1, schedule="guided", grain=1)  # lanes: fixed (two-pass rows)
     db.store_winner(key, near_winner.to_json(), 4.0, 8.0, CPP.software())
     compile_graph(other, tune="sweep", tuning=fast(db_url, trials=2))
     _, other_key = key_of(near)
@@ -136,7 +136,7 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     assert warm["nearest"] == near_winner.to_json()
 
     old_software = {**CPP.software(), "codegen_version": 0}
-    marked = CppConfig(threads=1, lanes=4, schedule="dynamic", grain=8)
+    marked = CppConfig(threads=1, schedule="dynamic", grain=8)
     db.store_winner(key, marked.to_json(), 5.0, 10.0, old_software)
     stale = compile_graph(graph, tune="db", tuning=fast(db_url))
     (decision,) = stale.tuning.values()
@@ -218,7 +218,7 @@ def test_points_rejected_by_static_constraints_are_recorded_invalid_and_never_bu
     db = open_db(url)
     db.register_kernel(key.kernel_hash, "cpp", kernel.name, kernel.text())
     space = dataclasses.replace(cpp_space(kernel, key.hardware),
-                                constraint=lambda c: "lanes above 8 rejected" if c.lanes > 8 else None)
+                                constraint=lambda c: "grains above 1 rejected" if c.grain > 1 else None)
     backend = CountingCpp()
     harness = GraphHarness(compiled, lambda g: list(g(*args)), None, BenchOptions(budget_s=0.02))
     evaluator = KernelEvaluator(kernel, backend, harness, 60.0, 2,
@@ -226,9 +226,9 @@ def test_points_rejected_by_static_constraints_are_recorded_invalid_and_never_bu
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     result = StudyLoop(study, space, evaluator, fast(url, trials=4), "tag").run()
     invalid = db.trials(key, state=TrialState.INVALID)
-    assert invalid and all(t.config["lanes"] > 8 and t.message == "lanes above 8 rejected" for t in invalid)
-    assert backend.built and all(c.lanes <= 8 for c in backend.built)
-    assert result.counts[0] == 4 and all(c.lanes <= 8 for c, _ in result.results.values())
+    assert invalid and all(t.config["grain"] > 1 and t.message == "grains above 1 rejected" for t in invalid)
+    assert backend.built and all(c.grain <= 1 for c in backend.built)
+    assert result.counts[0] == 4 and all(c.grain <= 1 for c, _ in result.results.values())
 
 
 @pytest.mark.parametrize("attrs", [

@@ -97,16 +97,20 @@ def test_exp_is_computed_again_where_storing_it_would_round_it():
     torch.testing.assert_close(ln.compile(out, backend="cpp")(a), torch.softmax(a, -1).bfloat16())
 
 
-def test_welford_rows_multiply_by_one_reciprocal_per_chunk():
-    """The lanes of a chunk have all seen as many elements: no division per element; the variance
-    of rows far from zero (where a naive sum of squares cancels) stays exact to float32."""
-    x = ln.placeholder("x", (16, 1000), ln.float32)
-    w = ln.placeholder("w", (1000,), ln.float32)
-    b = ln.placeholder("b", (1000,), ln.float32)
+@pytest.mark.parametrize("cols", [1000, 70000])
+def test_welford_rows_are_two_passes_when_short_and_never_divide_per_element(cols):
+    """A row that stays in cache (4 KB) is summed, then its squared deviations summed: no lane
+    arrays. A long one (280 KB) keeps Welford, whose lanes multiply by one reciprocal per chunk.
+    Either way the variance of rows far from zero (where a naive sum of squares cancels) stays
+    exact to float32."""
+    x = ln.placeholder("x", (16, cols), ln.float32)
+    w = ln.placeholder("w", (cols,), ln.float32)
+    b = ln.placeholder("b", (cols,), ln.float32)
     (kernel,) = kernels_of([layernorm(x, w, b)], [x, w, b], "layernorm")
     src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
-    assert "d_ / " not in src and "d_ * ((float)1 / " in src
-    a = torch.randn(16, 1000) + 1e4
+    assert "d_ / " not in src
+    assert ("_m2[" in src and "d_ * ((float)1 / " in src) == (cols == 70000)
+    a = torch.randn(16, cols) + 1e4
     var, mean = ln.var_mean(x, -1, correction=0)
     got_var, got_mean = ln.compile([var, mean], backend="cpp")(a)
     want_var, want_mean = torch.var_mean(a.double(), -1, correction=0)

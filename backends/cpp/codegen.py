@@ -22,6 +22,7 @@ from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_divis
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import CppConfig
 from .reuse import reuse_stored_values
+from .two_pass import two_pass_welford
 
 
 # Elements (rows x reduced elements) below which a kernel runs on one thread.
@@ -167,11 +168,16 @@ class CppEmitter(ExprEmitter):
 
 def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> str:
     """The C++ function for ``kernel`` under ``config``; ``index_checks``: check indirect indices
-    (``LOOPNEST_INDEX_CHECKS``). Row kernels store what a later phase would compute again
-    (``reuse.py``); the arguments stay in ``kernel``'s signature order."""
-    rows = kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel)
-    written = reuse_stored_values(kernel) if rows else kernel
-    return KernelWriter(written, config, index_checks, signature(kernel)).write()
+    (``LOOPNEST_INDEX_CHECKS``). The arguments stay in ``kernel``'s signature order."""
+    return KernelWriter(as_written(kernel), config, index_checks, signature(kernel)).write()
+
+
+def as_written(kernel: Kernel) -> Kernel:
+    """The kernel the writer renders: a row kernel computes Welford over short rows in two passes
+    (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``)."""
+    if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
+        return reuse_stored_values(two_pass_welford(kernel))
+    return kernel
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:

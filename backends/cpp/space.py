@@ -12,7 +12,7 @@ from ...core.hardware import HardwareInfo
 from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
-from .codegen import reduces_outer_dim
+from .codegen import as_written, reduces_outer_dim
 from .params import SCHEDULES, CppConfig, config_from_json
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -30,7 +30,7 @@ def uses_lanes(kernel: Kernel) -> bool:
     """True if some reduction phase runs through lane arrays (so ``lanes`` changes the code)."""
     if not kernel.reductions or len(kernel.rdomain) != 1 or reduces_outer_dim(kernel):
         return False
-    return any(Accumulator(r, "_").simd_clauses() is None for r in kernel.reductions)
+    return any(Accumulator(r, "_").simd_clauses() is None for r in as_written(kernel).reductions if not r.across)
 
 
 def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
