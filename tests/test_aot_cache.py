@@ -185,3 +185,22 @@ def test_graphs_the_wrapper_works_for_keep_it(cache, monkeypatch):
         assert_close(f(x), want, "result")
         assert_close(x, want - 1, "mutated input")  # the wrapper applies the mutation
     assert seen and not any(seen)
+
+
+def test_under_autocast_a_warm_graph_matches_eager(cache):
+    """Under autocast a warm compile calls the stored graph without AOTAutograd's wrapper (which
+    turns autocast off around the graph): the graph was traced with autocast's casts in it, so
+    the extern matmul, cast again at the call, gets bf16 operands either way and the results
+    (dtype included) match eager's, cold and warm."""
+    def fn(a, b):
+        return torch.softmax(a @ b, -1) * 2
+
+    a, b = torch.randn(8, 16), torch.randn(16, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fn(a, b)
+        cold = _compile(fn, a, b)
+        warm = _compile(fn, a, b)
+    assert cache()["aot_cache_hits"] == 1
+    for got in (cold, warm):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
