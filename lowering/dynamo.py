@@ -105,7 +105,12 @@ class AtenCompiler:
 
 
 def _unboxed(boxed):
-    """Dynamo's calling convention (``fn(*args)``) for a compiled graph that takes one list."""
+    """Dynamo's calling convention (``fn(*args)``) for a compiled graph that takes one list; a
+    plain ``BoxedGraph`` is called without checks its Dynamo guards make redundant
+    (``LoweredGraph.guarded_call``)."""
+    if type(boxed) is BoxedGraph:
+        return boxed.lowered.guarded_call()
+
     def compiled(*args):
         return boxed(list(args))
     return compiled

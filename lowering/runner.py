@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -48,6 +49,30 @@ class LoweredGraph:
 
     def __call__(self, *args):
         return self.run(list(args))
+
+    def guarded_call(self) -> Callable:
+        """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
+        devices, sizes and strides of the ones this graph was compiled for (Dynamo's tensor
+        guards): a static graph on the direct path then runs its one call plan with no checks
+        (made at the first call, which compiles what launches lazily). Anything else calls
+        ``run``, which checks and fits."""
+        direct = self._direct
+        if direct is None or self.program.sym_sources:
+            return lambda *args: self.run(list(args))
+        compiled, positions, constants = self.compiled, direct.positions, self.program.constants
+        identity = direct.outputs == tuple(range(len(compiled.graph.outputs)))
+        kind, picks = direct.kind, direct.outputs
+        plan = None
+
+        def call(*args):
+            nonlocal plan
+            if plan is None:
+                plan = compiled.plan(compiled.check_inputs([args[i] for i in positions] + constants))
+            outs = plan.run([args[i] for i in positions] + constants, compiled.poison)
+            if identity:
+                return outs if kind is tuple else list(outs)
+            return kind([outs[k] for k in picks])
+        return call
 
     def run(self, args: list, compiled: CompiledGraph | None = None):
         """Run on a list of arguments (AOTAutograd's boxed convention); ``compiled``: another

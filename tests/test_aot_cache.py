@@ -154,11 +154,11 @@ def test_key_ignores_decompositions_other_libraries_register():
 def _grad_mode_inside(monkeypatch) -> list[bool]:
     """Grad mode as each call of a compiled graph finds it: AOTAutograd's runtime wrapper turns it
     off around an inference graph, loopnest's direct call leaves it as the caller set it."""
-    from loopnest.lowering.runner import LoweredGraph
+    from loopnest.runtime.compiled import CallPlan
 
-    seen, run = [], LoweredGraph.run
-    monkeypatch.setattr(LoweredGraph, "run", lambda self, args, compiled=None: seen.append(
-        torch.is_grad_enabled()) or run(self, args, compiled))
+    seen, run = [], CallPlan.run
+    monkeypatch.setattr(CallPlan, "run", lambda self, args, poison: seen.append(
+        torch.is_grad_enabled()) or run(self, args, poison))
     return seen
 
 
@@ -204,3 +204,24 @@ def test_under_autocast_a_warm_graph_matches_eager(cache):
     for got in (cold, warm):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: (x.sum(1), x * 2),
+                                lambda x: ((y := torch.exp(x)), x + 1, y)], ids=["one", "two", "repeated"])
+def test_static_graphs_under_dynamo_check_their_inputs_once(cache, monkeypatch, fn):
+    """Dynamo's guards fix the dtype, device, sizes and strides of every argument, so a static
+    plain inference graph checks them only on its first call (``LoweredGraph.guarded_call``),
+    and returns what eager returns, however its outputs repeat."""
+    from loopnest.runtime.compiled import CompiledGraph
+
+    checks, check, accepts = [], CompiledGraph.check_inputs, CompiledGraph._accepts
+    monkeypatch.setattr(CompiledGraph, "check_inputs", lambda self, args: checks.append(1) or check(self, args))
+    monkeypatch.setattr(CompiledGraph, "_accepts", lambda self, args: checks.append(2) or accepts(self, args))
+    torch._dynamo.reset()
+    f = torch.compile(fn, backend="loopnest", dynamic=False, options={"backend": "cpp", "tune": "off"})
+    for seed in range(3):
+        x = torch.randn(5, 7, generator=torch.Generator().manual_seed(seed))
+        got, want = f(x), fn(x)
+        for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+            assert_close(g, w, f"call {seed}")
+    assert checks == [1]  # the first call's full check, no per-call dtype/device test after it
