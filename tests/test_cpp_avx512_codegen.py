@@ -11,7 +11,7 @@ from loopnest.backends.cpp.backend import CppBackend
 from loopnest.core import settings
 from test_backends import kernels_of, softmax
 
-SPR_FLAGS = [f if f != "-march=native" else "-march=sapphirerapids" for f in cc.FLAGS]
+SPR_FLAGS = [f if f != "-march=native" else "-march=sapphirerapids" for f in cc.flags()]
 
 
 def bf16_tanh_gelu(x, b):

@@ -153,3 +153,29 @@ def test_copy_of_a_cast_rounds_once():
     a = torch.randn(4, 64)
     want = (a * 3.0).to(torch.bfloat16) * (a * 3.0).to(torch.bfloat16)
     assert torch.equal(ln.compile(b * b, backend="cpp")(a), want)
+
+
+@pytest.mark.parametrize("headers", [True, False], ids=["extension module", "ctypes"])
+def test_kernels_launch_through_an_extension_module_or_ctypes(monkeypatch, headers):
+    """With CPython's headers a graph's library is an extension module whose kernels take the
+    data pointers and sizes as ints (one C call per launch); without them, ctypes. Both give
+    eager's results and raise a kernel's recorded error."""
+    from loopnest.backends.cpp import pymodule
+    from loopnest.backends.cpp.backend import CppLauncher, ModuleLauncher
+
+    if headers and pymodule.include_dir() is None:
+        pytest.skip("CPython's headers are not installed")
+    if not headers:
+        monkeypatch.setattr(pymodule, "include_dir", lambda: None)
+    x = ln.placeholder("x", ("N", 8), ln.float32)
+    i = ln.placeholder("i", ("N", 1), ln.int64)
+    fn = ln.compile([softmax(x), ln.gather(x, 1, i)], backend="cpp")
+    a, idx = torch.randn(5, 8), torch.randint(0, 8, (5, 1))
+    got_softmax, got_gather = fn(a, idx)
+    torch.testing.assert_close(got_softmax, torch.softmax(a, -1))
+    assert torch.equal(got_gather, a.gather(1, idx))
+    (compiled,) = fn.specializations.values()
+    (launcher,) = compiled.launchers.values()
+    assert isinstance(launcher, ModuleLauncher if headers else CppLauncher)
+    with pytest.raises(IndexError, match="gather: index 9 is out of bounds for dimension 1 with size 8"):
+        fn(a, torch.full((5, 1), 9))

@@ -1,4 +1,5 @@
-"""The C++/OpenMP backend: codegen, one shared library per graph, ctypes launch."""
+"""The C++/OpenMP backend: codegen, one shared library per graph (a CPython extension module
+where the headers exist, ``pymodule.py``), launched through it or through ctypes."""
 from __future__ import annotations
 
 import ctypes
@@ -16,6 +17,7 @@ from ...ir.index import Index
 from ...scheduler.kernel import Kernel, signature
 from ..base import Artifact, codegen_sources, software_versions, source_digest
 from . import compile as cc
+from . import pymodule
 from .checks import PRELUDE as CHECKS_PRELUDE
 from .checks import ErrorSlot, error_sites, raise_recorded
 from .codegen import generate, kernel_symbol
@@ -59,17 +61,23 @@ class CppBackend:
         return generate(kernel, config, settings.current().index_checks)
 
     def module_source(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> str:
-        """The whole translation unit for a graph's kernels."""
+        """The whole translation unit for a graph's kernels (with the extension module's entry
+        points where CPython's headers exist)."""
         body = "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
-        return PRELUDE + CHECKS_PRELUDE + vecmath_source(body) + simd_declarations() + body
+        entry = pymodule.wrapper_source([k for k, _ in kernels], kernel_symbol) if pymodule.include_dir() else ""
+        return PRELUDE + CHECKS_PRELUDE + vecmath_source(body) + simd_declarations() + body + entry
 
     def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> Artifact:
         if not kernels:
             return Artifact({})
         index_checks = settings.current().index_checks
         path = cc.build(self.module_source(kernels))
-        lib = cc.load(path)
-        launchers = {k.name: CppLauncher(getattr(lib, kernel_symbol(k)), k, index_checks) for k, _ in kernels}
+        if pymodule.include_dir():
+            module = cc.load_module(path)
+            launchers = {k.name: ModuleLauncher(getattr(module, kernel_symbol(k)), k, index_checks) for k, _ in kernels}
+        else:
+            lib = cc.load(path)
+            launchers = {k.name: CppLauncher(getattr(lib, kernel_symbol(k)), k, index_checks) for k, _ in kernels}
         return Artifact(launchers, (path.with_suffix(".cpp"),), (path,))
 
     def prebuild(self, kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
@@ -107,6 +115,34 @@ class CppLauncher:
             slot = ErrorSlot()  # one per call: concurrent calls never share it
             fn(ptr_array(*[buffers[n].data_ptr() for n in names]), values, slot)
             if slot[0]:
+                raise_recorded(slot, sites, name)
+
+        return launch
+
+
+class ModuleLauncher:
+    """Calls one kernel through the graph's extension module (``pymodule.py``): the buffers' data
+    pointers and the symbol values as arguments, and raises the error the kernel recorded, if any."""
+
+    def __init__(self, fn, kernel: Kernel, index_checks: bool = True):
+        sig = signature(kernel)
+        self.fn = fn
+        self.kernel = kernel
+        self.sites = error_sites(kernel, index_checks)
+        self.names = sig.buffers
+        self.symbols = sig.symbols
+
+    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        self.bind(syms)(buffers)
+
+    def bind(self, syms: dict[str, int]):
+        """The launch for symbol values ``syms``."""
+        fn, names, sites, name = self.fn, self.names, self.sites, self.kernel.name
+        values = [syms[s] for s in self.symbols]
+
+        def launch(buffers: dict[str, torch.Tensor]) -> None:
+            slot = fn(*[buffers[n].data_ptr() for n in names], *values)
+            if slot is not None:
                 raise_recorded(slot, sites, name)
 
         return launch

@@ -8,11 +8,13 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
+from . import pymodule
 from .ops import has_libmvec
 
 log = logging.getLogger("loopnest")
@@ -25,6 +27,13 @@ log = logging.getLogger("loopnest")
 # -ffast-math).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fwrapv") + (
     ("-lmvec",) if has_libmvec() else ())
+
+
+def flags() -> tuple[str, ...]:
+    """``FLAGS``, plus CPython's headers where they exist (libraries are extension modules there,
+    ``pymodule.py``)."""
+    include = pymodule.include_dir()
+    return FLAGS + ((f"-I{include}",) if include else ())
 
 
 class CompileError(RuntimeError):
@@ -41,7 +50,8 @@ def library_path(source: str, cxx: str) -> Path:
     if version is None:
         raise CompileError(f"the C++ compiler {cxx!r} does not run; install it or point CXX at one that does")
     cpu = this_cpu()
-    key = hashlib.sha256("\0".join((source, " ".join(FLAGS), version, cpu.name, cpu.capability)).encode()).hexdigest()
+    parts = (source, " ".join(flags()), version, cpu.name, cpu.capability, pymodule.abi_tag())
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     return settings.cache_dir("cpp") / key[:2] / f"{key}.so"
 
 
@@ -76,7 +86,7 @@ def build(source: str, timeout: float | None = None) -> Path:
     os.close(fd)
     try:
         try:
-            proc = subprocess.run([cxx, *FLAGS, str(src_path), "-o", tmp], capture_output=True, text=True,
+            proc = subprocess.run([cxx, *flags(), str(src_path), "-o", tmp], capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
@@ -91,8 +101,19 @@ def build(source: str, timeout: float | None = None) -> Path:
     return path
 
 
-def load(path: Path) -> ctypes.CDLL:
-    """Load a library ``build`` made, after checking it against its checksum once more."""
+def _check(path: Path) -> None:
     if not intact(path):
         raise CompileError(f"refusing to load {path}: it does not match its checksum (changed since it was built)")
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """Load a library ``build`` made, after checking it against its checksum once more."""
+    _check(path)
     return ctypes.CDLL(str(path))
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import the extension module ``build`` made of a source with ``pymodule``'s wrapper, after
+    checking it against its checksum once more."""
+    _check(path)
+    return pymodule.load_module(path)
