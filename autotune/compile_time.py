@@ -13,7 +13,7 @@ configs are chosen per call sizes (``DbTuner.at_sizes``, ``autotune.dispatch``).
 from __future__ import annotations
 
 import logging
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
 import torch
 
@@ -21,10 +21,10 @@ from ..backends.base import Backend
 from ..core.timing import BenchOptions
 from ..db.api import db_exists, open_db, resolve_url
 from ..ir.dtypes import Kind
-from ..ir.expr import Expr, loads
+from ..ir.expr import Expr, IndexValue, Load, loads, walk
 from ..ir.index import Indirect, evaluate
 from ..ir.interpret import bind_symbols
-from ..ir.nodes import Buffer, Extern, Graph
+from ..ir.nodes import Buffer, Extern, Graph, Pointwise
 from ..pipeline import ConfigPlan, GraphExample
 from ..runtime.compiled import CompiledGraph
 from ..scheduler import Schedule
@@ -137,19 +137,30 @@ def example_env(graph: Graph, example: GraphExample | None) -> dict[str, int]:
 
 
 def index_bounds(graph: Graph, env: dict[str, int]) -> dict[str, int]:
-    """For inputs read as gather/embedding indices: the smallest extent they index."""
-    return expression_index_bounds([n.body for n in graph.nodes if not isinstance(n, Extern)], env)
+    """For inputs read as gather/embedding/scatter indices: the smallest extent they index, also
+    when they reach the index through pointwise nodes (``where(t != -100, t, 0)``)."""
+    producers = {n.outputs[0]: n.body for n in graph.nodes if isinstance(n, Pointwise)}
+    return expression_index_bounds([n.body for n in graph.nodes if not isinstance(n, Extern)], env, producers)
 
 
-def expression_index_bounds(bodies: Sequence[Expr], env: dict[str, int]) -> dict[str, int]:
-    """For buffers that ``bodies`` read as gather/embedding indices: the smallest extent they index."""
+def expression_index_bounds(bodies: Sequence[Expr], env: dict[str, int],
+                            producers: Mapping[str, Expr] | None = None) -> dict[str, int]:
+    """For buffers that ``bodies`` read as indices (of loads or of index values): the smallest
+    extent they index; a buffer in ``producers`` stands for the buffers its body reads."""
+    producers = producers or {}
     bounds: dict[str, int] = {}
+
+    def bound(value: Expr, extent: int, seen: frozenset) -> None:
+        for src in loads(value):
+            if src.buffer in producers and src.buffer not in seen:
+                bound(producers[src.buffer], extent, seen | {src.buffer})
+            bounds[src.buffer] = min(bounds.get(src.buffer, extent), extent)
+
     for body in bodies:
-        for ld in loads(body):
-            for atom in (a for i in ld.index for a in i.atoms() if isinstance(a, Indirect)):
-                extent = evaluate(atom.bound, env)
-                for src in loads(atom.value):
-                    bounds[src.buffer] = min(bounds.get(src.buffer, extent), extent)
+        for node in walk(body):
+            index = node.index if isinstance(node, Load) else (node.index,) if isinstance(node, IndexValue) else ()
+            for atom in (a for i in index for a in i.atoms() if isinstance(a, Indirect)):
+                bound(atom.value, evaluate(atom.bound, env), frozenset())
     return bounds
 
 

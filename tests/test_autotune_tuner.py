@@ -254,3 +254,27 @@ def test_a_partial_or_damaged_trial_record_is_no_result(attrs):
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs=damaged))
     results = previous_results(study.get_trials(deepcopy=False), space, "tag")
     assert [c for c, _ in results.values()] == [config]
+
+
+def test_random_inputs_keep_indices_in_range_through_pointwise_nodes_and_scatters(tmp_path):
+    """A sweep without example inputs (torch.compile's) draws its own: integer inputs that reach a
+    gather index through a pointwise node (cross-entropy's ``where(t != -100, t, 0)``) or that
+    place a scatter's one-hot (an index value) stay inside what they index, so the sweep of a
+    cross-entropy forward and backward runs instead of stopping at an out-of-range index."""
+    from loopnest.autotune.compile_time import index_bounds
+    import torch.nn.functional as F
+
+    graphs = []
+    f = torch.compile(lambda x, t: F.cross_entropy(x, t), backend="loopnest", dynamic=False,
+                      options={"backend": "cpp", "tune": "sweep", "recorder": graphs.append,
+                               "tuning": {"db_url": f"sqlite:///{tmp_path}/t.db", "trials": 2, "measure_s": 0.02}})
+    x = torch.randn(16, 300, requires_grad=True)
+    t = torch.randint(0, 300, (16,))
+    loss = f(x, t)
+    loss.backward()
+    torch.testing.assert_close(loss, F.cross_entropy(x, t))
+    torch.testing.assert_close(x.grad, torch.autograd.grad(F.cross_entropy(x, t), x)[0])
+    for g in graphs:  # forward and backward: the target's bound is the class count
+        bounds = index_bounds(g.compiled.graph, {})
+        targets = [b for b in g.compiled.graph.inputs if g.compiled.graph.buffers[b].dtype.torch == torch.int64]
+        assert targets and all(bounds.get(b) == 300 for b in targets), (bounds, targets)
