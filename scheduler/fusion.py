@@ -9,8 +9,9 @@
    the full domain) and every value it reads from the group is the one computed at the same
    point; otherwise it opens a new group. Externs are groups of their own and never fuse. For a
    backend that runs reductions across rows (``Backend.reduces_across_rows``, asked with the
-   group's reduced dims), a reduction over the rows of a row group joins it as one (a layernorm backward's weight and bias gradients
-   join the kernel of its input gradient, which reads the same elements): ``across`` members.
+   group's reduced dims), a reduction over the rows of a row group joins it as one (a layernorm
+   backward's weight and bias gradients join the kernel of its input gradient, which reads the
+   same elements): ``across`` members.
 3. ``build_kernel`` rewrites a group into a ``Kernel``: reads of the group's reductions become
    accumulator references, and only values needed outside the group are stored.
 """
