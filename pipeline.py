@@ -10,7 +10,7 @@ from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import torch
 
-from .backends.base import Backend
+from .backends.base import Backend, schedule_for
 from .core import settings
 from .core.counters import counters
 from .ir.nodes import Graph
@@ -18,7 +18,6 @@ from .ir.printer import format_graph
 from .ir.verify import verify
 from .runtime.compiled import CompiledGraph, SizeDispatch
 from .scheduler import Schedule
-from .scheduler import schedule as schedule_graph
 
 log = logging.getLogger("loopnest")
 
@@ -80,7 +79,7 @@ def compile_graph(graph: Graph, backend: Backend, name: str = "graph", configs: 
     """
     with gc_paused():
         verify(graph)
-        sched = schedule_graph(graph, name, across_rows=backend.reduces_across_rows)
+        sched = schedule_for(graph, backend, name)
     explicit = dict(configs or {})
     plan = tuner.lookup(sched, backend, example) if tuner is not None else ConfigPlan()
     dispatch = tuner.at_sizes(sched, backend, explicit) if tuner is not None else None

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..backends import registry
-from ..backends.base import Backend
+from ..backends.base import Backend, schedule_for
 from ..core.hardware import HardwareInfo
 from ..db.api import open_db, resolve_url
 from ..db.models import RequestState
@@ -26,7 +26,6 @@ from ..ir.verify import verify
 from ..lowering.api import compile_fx
 from ..lowering.options import CompileOptions
 from ..ir.interpret import bind_symbols
-from ..scheduler import schedule
 from .compile_time import DbTuner
 from .enqueue import DEFAULT_MAX_ATTEMPTS, RequestOptions, enqueue_kernels, unmeasured
 from .options import TuneSettings
@@ -53,7 +52,7 @@ def request(graph_or_fn: Any, example_inputs: Sequence, *, priority: int = 0, tr
     if isinstance(graph_or_fn, Graph):  # kernels with symbolic sizes too, at the inputs' sizes
         env = bind_symbols(graph_or_fn, inputs)
         verify(graph_or_fn)
-        kernels = schedule(graph_or_fn, "graph", across_rows=chosen.reduces_across_rows).kernels
+        kernels = schedule_for(graph_or_fn, chosen, "graph").kernels
         if options.target(chosen) == HardwareTarget.of(chosen.hardware()):
             kernels = unmeasured(kernels, chosen, env, tuner.settings.db_url)
         return enqueue_kernels(tuner.settings.db_url, kernels, chosen, env, options, "graph")

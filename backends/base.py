@@ -19,6 +19,8 @@ from ..core.hardware import HardwareInfo, HardwareKind
 from ..core.space import SearchSpace
 from ..core.timing import BenchOptions, Timing
 from ..ir.index import Index
+from ..ir.nodes import Graph
+from ..scheduler import Schedule, schedule
 from ..scheduler.kernel import Kernel
 
 # A launcher runs one kernel: launcher(buffers: dict[name, torch.Tensor], syms: dict[name, int]).
@@ -42,6 +44,7 @@ class Backend(Protocol):
     name: str                    # "cpp", "triton": the key of its winners in the tuning DB
     hardware_kind: HardwareKind  # the hardware its winners are measured on
     can_prebuild: bool           # compiles candidates ahead, in other processes (``prebuild``)
+    stores_broadcast_tables: bool  # stores a transcendental value read at many points once (``schedule_for``)
 
     @property
     def device(self) -> str:
@@ -105,3 +108,11 @@ def source_digest(*folders: Path) -> str:
         for path in sorted(folder.rglob("*.py")) if folder.is_dir() else [folder]:
             h.update(f"{path.relative_to(folder.parent)}\0".encode() + path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def schedule_for(graph: Graph, backend: Backend, name: str = "graph") -> Schedule:
+    """``graph`` fused into kernels the way ``backend`` runs them (its reductions across rows, and
+    whether values broadcast to many points are stored or recomputed); every caller that keys
+    kernels for ``backend`` (compiles, tuning requests) schedules through here."""
+    return schedule(graph, name, across_rows=backend.reduces_across_rows,
+                    store_tables=backend.stores_broadcast_tables)

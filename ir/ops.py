@@ -107,3 +107,9 @@ FLOAT_ONLY = frozenset({
     Op.ASINH, Op.ACOSH, Op.ATANH, Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV, Op.RECIPROCAL,
 })
 INT_ONLY = BITWISE
+# Ops that cost a library call or a long polynomial each (not a single instruction).
+TRANSCENDENTAL = frozenset({
+    Op.POW, Op.ATAN2, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS,
+    Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH,
+    Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV,
+})

@@ -30,11 +30,13 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, Extern)]
 
 
-def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: AcrossRows | bool = False) -> Schedule:
+def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: AcrossRows | bool = False,
+             store_tables: bool = True) -> Schedule:
     """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory;
     ``across_rows``: whether the backend runs reductions across the rows of a kernel reducing the
-    given dims (``Backend.reduces_across_rows``; True or False: always or never)."""
-    nodes = inline_pointwise(graph)
+    given dims (``Backend.reduces_across_rows``; True or False: always or never); ``store_tables``:
+    transcendental values broadcast to many points are stored once (``fusion.inline_pointwise``)."""
+    nodes = inline_pointwise(graph, store_tables)
     groups = group_nodes(nodes, across_rows if callable(across_rows) else (always if across_rows else never))
     outputs = {o.buffer for o in graph.outputs}
     externs_read = extern_buffers(graph)

@@ -3,6 +3,7 @@
 Kernel counts of the ten suite graphs, as users get them (through ATen), are checked in
 tests/test_suite_kernels.py.
 """
+import pytest
 import torch
 
 import loopnest as ln
@@ -10,6 +11,8 @@ from conftest import assert_close
 from loopnest.dsl.build import GraphBuilder
 from loopnest.dsl.tensor import extern
 from loopnest.ir.nodes import Layout
+from loopnest.backends import registry
+from loopnest.backends.base import schedule_for
 from loopnest.scheduler import schedule
 from test_backends import kernels_of, softmax
 
@@ -83,3 +86,23 @@ def test_memory_planning_reuses_dead_intermediates():
     X, W = torch.randn(8, 16), torch.randn(16, 16) / 4
     expect = torch.sin(torch.tanh(X.exp() @ W) @ W) @ W
     assert_close(ln.compile(c, inputs=[x, w])(X, W), expect, "planned graph")
+
+
+@pytest.mark.parametrize("batch, stored", [(32, True), (4, False)])
+def test_a_transcendental_table_broadcast_to_many_points_is_stored_once(batch, stored):
+    """A rotary embedding's cos/sin table (positions x frequencies) read by every batch and head:
+    inlined, each cosine would be computed again at every point it is broadcast to; a reader
+    with at least eight times the table's elements gets it stored by a kernel of its own, fewer
+    recompute it inline."""
+    x = ln.placeholder("x", (batch, 128, 32), ln.float32)
+    pos = ln.placeholder("pos", (128, 1), ln.float32)
+    freq = ln.placeholder("freq", (1, 32), ln.float32)
+    table = ln.cos(pos * freq)
+    out = x * table
+    kernels = kernels_of([out], [x, pos, freq])
+    assert (len(kernels) == 2) == stored
+    assert sum("cos(" in k.text() for k in kernels) == 1
+    graph = GraphBuilder({p.src.name: Layout.contiguous(p.shape) for p in (x, pos, freq)}).build([x, pos, freq], [out])
+    assert len(schedule_for(graph, registry.get("triton")).kernels) == 1  # the GPU recomputes: no launch more
+    a, p, f = torch.randn(batch, 128, 32), torch.randn(128, 1), torch.randn(1, 32)
+    assert_close(ln.compile(out, backend="cpp")(a, p, f), a * torch.cos(p * f), "x * cos table")

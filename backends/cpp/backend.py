@@ -35,6 +35,7 @@ class CppBackend:
     device = "cpu"
     hardware_kind = HardwareKind.CPU
     can_prebuild = True
+    stores_broadcast_tables = True  # a cosine table recomputed for every batch and head costs libm calls
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         return this_cpu()

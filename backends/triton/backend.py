@@ -37,6 +37,7 @@ class TritonBackend:
 
     name = "triton"
     hardware_kind = HardwareKind.CUDA
+    stores_broadcast_tables = False  # recomputing on the GPU's special-function units beats another launch
 
     @property
     def device(self) -> str:
