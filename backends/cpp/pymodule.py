@@ -49,7 +49,7 @@ def wrapper_source(kernels: list[Kernel], symbol) -> str:
         parts.append(f"""
 static PyObject* ln_py_{n}(PyObject*, PyObject* const* args, Py_ssize_t nargs) {{
   if (nargs != {nb + ns}) {{
-    PyErr_Format(PyExc_TypeError, "{kernel.name} takes {nb} buffers and {ns} sizes, got %zd arguments", nargs);
+    PyErr_Format(PyExc_TypeError, "{symbol(kernel)} takes {nb} buffers and {ns} sizes, got %zd arguments", nargs);
     return NULL;
   }}
   void* bufs[{max(nb, 1)}];
