@@ -128,7 +128,8 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
     assert (decision.source, decision.lookup) == ("default", "nearest") and "nearest shape" in decision.note
     db = open_db(db_url)
     near_winner = CppConfig(threads=1, schedule="guided", grain=1)  # lanes: fixed (two-pass rows)
-    db.store_winner(key, near_winner.to_json(), 4.0, 8.0, CPP.software())
+    # faster than any measured time, so it replaces the sweep's winner (the DB keeps the fastest)
+    db.store_winner(key, near_winner.to_json(), 0.001, 8.0, CPP.software())
     compile_graph(other, tune="sweep", tuning=fast(db_url, trials=2))
     _, other_key = key_of(near)
     study = optuna.load_study(study_name=study_name("ln", other_key), storage=db_url)
