@@ -88,24 +88,36 @@ class CppBackend:
         return time_cpu(run, options)
 
 
-class CppLauncher:
-    """Calls one kernel of the shared library: ``kernel(void **buffers, int64_t *symbols,
-    int64_t *error_slot)``, and raises the error the kernel recorded, if any (``checks.py``)."""
+class KernelLauncher:
+    """What both launch paths share: one kernel's entry ``fn``, its buffers and symbols in
+    signature order, and the error sites its error slot refers to (``checks.py``)."""
 
     def __init__(self, fn, kernel: Kernel, index_checks: bool = True):
         sig = signature(kernel)
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self.fn = fn
         self.kernel = kernel
         self.sites = error_sites(kernel, index_checks)
         self.names = sig.buffers
         self.symbols = sig.symbols
-        self.ptr_array = ctypes.c_void_p * max(len(sig.buffers), 1)
-        self.sym_array = ctypes.c_int64 * max(len(sig.symbols), 1)
 
     def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
         self.bind(syms)(buffers)
+
+    def bind(self, syms: dict[str, int]) -> Callable[[dict[str, torch.Tensor]], None]:
+        """The launch for symbol values ``syms``."""
+        raise NotImplementedError
+
+
+class CppLauncher(KernelLauncher):
+    """Calls one kernel of the shared library through ctypes: ``kernel(void **buffers, int64_t
+    *symbols, int64_t *error_slot)``, and raises the error the kernel recorded, if any."""
+
+    def __init__(self, fn, kernel: Kernel, index_checks: bool = True):
+        super().__init__(fn, kernel, index_checks)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.ptr_array = ctypes.c_void_p * max(len(self.names), 1)
+        self.sym_array = ctypes.c_int64 * max(len(self.symbols), 1)
 
     def bind(self, syms: dict[str, int]):
         """The launch for symbol values ``syms``: the symbol array is built once."""
@@ -121,20 +133,9 @@ class CppLauncher:
         return launch
 
 
-class ModuleLauncher:
+class ModuleLauncher(KernelLauncher):
     """Calls one kernel through the graph's extension module (``pymodule.py``): the buffers' data
     pointers and the symbol values as arguments, and raises the error the kernel recorded, if any."""
-
-    def __init__(self, fn, kernel: Kernel, index_checks: bool = True):
-        sig = signature(kernel)
-        self.fn = fn
-        self.kernel = kernel
-        self.sites = error_sites(kernel, index_checks)
-        self.names = sig.buffers
-        self.symbols = sig.symbols
-
-    def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
-        self.bind(syms)(buffers)
 
     def bind(self, syms: dict[str, int]):
         """The launch for symbol values ``syms``."""
