@@ -106,21 +106,25 @@ def main() -> None:
     p.add_argument("--postgres", metavar="URL", help="run on fresh databases of this server (default: SQLite)")
     args = p.parse_args()
     backend = "triton" if args.device == "cuda" else "cpp"
-    results = []
+    base = None
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.workers.split(",")):
-            results.append(run(n, args, backend, tmp))
-            print(f"{n} workers: {results[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
-    base = results[0]
-    print(f"| workers | requests | done | failed | wall s | requests/min | speedup | winners vs {base['workers']} worker(s): "
-          "median, worst |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        common = [k for k in r["winners"] if k in base["winners"]]
-        ratios = [r["winners"][k] / base["winners"][k] for k in common] or [float("nan")]
-        print(f"| {r['workers']} | {r['requests']} | {r['done']} | {r['failed']} | {r['wall_s']:.1f} | "
-              f"{r['per_minute']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
-              f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) |")
+            result = run(n, args, backend, tmp)
+            if base is None:
+                base = result
+                print(f"| workers | requests | done | failed | wall s | requests/min | speedup | winners vs "
+                      f"{base['workers']} worker(s): median, worst |")
+                print("|---|---|---|---|---|---|---|---|")
+            print_row(result, base)
+
+
+def print_row(r: dict, base: dict) -> None:
+    """One table row, printed as soon as its run ends (a run cut short still reports the others)."""
+    common = [k for k in r["winners"] if k in base["winners"]]
+    ratios = [r["winners"][k] / base["winners"][k] for k in common] or [float("nan")]
+    print(f"| {r['workers']} | {r['requests']} | {r['done']} | {r['failed']} | {r['wall_s']:.1f} | "
+          f"{r['per_minute']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
+          f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) |", flush=True)
 
 
 if __name__ == "__main__":
