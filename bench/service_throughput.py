@@ -7,7 +7,9 @@ a fresh database created on that server), enqueues one request per kernel of the
 and times from the workers' start until no request is pending or running. Requests per minute
 and the wall time are printed per N, and the winners' times of each run are compared with the
 first run's (median and worst ratio over the keys both runs tuned): parallel compiles and
-serialized timing should speed the drain up without making the winners slower.
+serialized timing should speed the drain up without making the winners slower. The last column
+is how long the device lock was held (every worker's timing windows, from ``--timing-log``): as
+it nears the wall time, the device is the bottleneck and more workers cannot help.
 
 Run it (CPU, this machine)::
 
@@ -23,6 +25,7 @@ the CPU seconds spent timing a config, ``--postgres`` a PostgreSQL server to run
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -64,11 +67,11 @@ def drop_db(postgres: str | None, url: str) -> None:
     admin.dispose()
 
 
-def drain(url: str, workers: int, backend: str, measure: float) -> float:
+def drain(url: str, workers: int, backend: str, measure: float, timing_log: str) -> float:
     """Start ``workers`` worker processes; seconds until the queue has no pending or running request."""
     queue = RequestQueue(TuningDB(url))
     args = [sys.executable, "-m", "loopnest.cli", "worker", "--db", url, "--backend", backend, "--idle-exit", "5",
-            "--measure", str(measure)]
+            "--measure", str(measure), "--timing-log", timing_log]
     start = time.perf_counter()
     procs = [subprocess.Popen(args, stderr=subprocess.DEVNULL, env=dict(os.environ)) for _ in range(workers)]
     while any(r.state in (RequestState.PENDING, RequestState.RUNNING) for r in queue.list()):
@@ -84,7 +87,8 @@ def drain(url: str, workers: int, backend: str, measure: float) -> float:
 def run(n: int, args, backend: str, tmp: str) -> dict:
     url = fresh_db(args.postgres, tmp, f"w{n}")
     ids = request_workloads(args.workloads, backend, args.size, trials=args.trials, db_url=url)
-    wall = drain(url, n, backend, args.measure)
+    timing_log = os.path.join(tmp, f"w{n}.timing.jsonl")
+    wall = drain(url, n, backend, args.measure, timing_log)
     db = TuningDB(url)
     records = RequestQueue(db).list()
     winners = {(w.kernel_hash, w.key.sizes_key, w.key.dtypes_key): w.time_us for w in db.winners()}
@@ -92,7 +96,14 @@ def run(n: int, args, backend: str, tmp: str) -> dict:
     db.close()
     drop_db(args.postgres, url)
     return {"workers": n, "requests": len(ids), "done": done, "failed": len(records) - done, "wall_s": wall,
-            "per_minute": 60.0 * done / wall, "winners": winners}
+            "per_minute": 60.0 * done / wall, "winners": winners, "lock_s": lock_held_s(timing_log)}
+
+
+def lock_held_s(timing_log: str) -> float:
+    """Seconds the device lock was held (every worker's timing windows; they never overlap)."""
+    with open(timing_log) as f:
+        windows = [json.loads(line) for line in f if line.strip()]
+    return sum(w["end"] - w["start"] for w in windows)
 
 
 def main() -> None:
@@ -113,8 +124,8 @@ def main() -> None:
             if base is None:
                 base = result
                 print(f"| workers | requests | done | failed | wall s | requests/min | speedup | winners vs "
-                      f"{base['workers']} worker(s): median, worst |")
-                print("|---|---|---|---|---|---|---|---|")
+                      f"{base['workers']} worker(s): median, worst | device lock held s |")
+                print("|---|---|---|---|---|---|---|---|---|")
             print_row(result, base)
 
 
@@ -124,7 +135,8 @@ def print_row(r: dict, base: dict) -> None:
     ratios = [r["winners"][k] / base["winners"][k] for k in common] or [float("nan")]
     print(f"| {r['workers']} | {r['requests']} | {r['done']} | {r['failed']} | {r['wall_s']:.1f} | "
           f"{r['per_minute']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
-          f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) |", flush=True)
+          f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) | "
+          f"{r['lock_s']:.1f} ({r['lock_s'] / r['wall_s']:.0%}) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ from triton.backends.compiler import GPUTarget
 
 _MODULES: dict[tuple, object] = {}
 
+# Compiles yield the cores to the processes that measure: several workers sharing a GPU compile
+# while one of them times, and a measurement's launches must not wait behind a compiler.
+COMPILE_NICENESS = 10
+
 
 class TargetOnly:
     """What Triton's JIT asks of a driver to compile (target, device, stream), for a GPU target
@@ -75,6 +79,7 @@ def main() -> None:
     """Answer requests until stdin closes. Replies go to the original stdout; anything printed
     while compiling goes to stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is for the parent, which closes stdin
+    os.nice(COMPILE_NICENESS)
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     for line in sys.stdin:
