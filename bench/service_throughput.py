@@ -67,13 +67,17 @@ def drop_db(postgres: str | None, url: str) -> None:
     admin.dispose()
 
 
-def drain(url: str, workers: int, backend: str, measure: float, timing_log: str) -> float:
-    """Start ``workers`` worker processes; seconds until the queue has no pending or running request."""
+def drain(url: str, workers: int, backend: str, measure: float, timing_log: str, triton_cache: str) -> float:
+    """Start ``workers`` worker processes; seconds until the queue has no pending or running request.
+
+    The workers compile into ``triton_cache``, a directory of this run's own: a run after another
+    would otherwise find the other's compiled candidates in Triton's cache and skip their compiles."""
     queue = RequestQueue(TuningDB(url))
     args = [sys.executable, "-m", "loopnest.cli", "worker", "--db", url, "--backend", backend, "--idle-exit", "5",
             "--measure", str(measure), "--timing-log", timing_log]
     start = time.perf_counter()
-    procs = [subprocess.Popen(args, stderr=subprocess.DEVNULL, env=dict(os.environ)) for _ in range(workers)]
+    procs = [subprocess.Popen(args, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "TRITON_CACHE_DIR": triton_cache}) for _ in range(workers)]
     while any(r.state in (RequestState.PENDING, RequestState.RUNNING) for r in queue.list()):
         if all(p.poll() is not None for p in procs):
             raise RuntimeError("every worker exited with requests left; run one by hand to see why")
@@ -88,7 +92,7 @@ def run(n: int, args, backend: str, tmp: str) -> dict:
     url = fresh_db(args.postgres, tmp, f"w{n}")
     ids = request_workloads(args.workloads, backend, args.size, trials=args.trials, db_url=url)
     timing_log = os.path.join(tmp, f"w{n}.timing.jsonl")
-    wall = drain(url, n, backend, args.measure, timing_log)
+    wall = drain(url, n, backend, args.measure, timing_log, os.path.join(tmp, f"w{n}.triton"))
     db = TuningDB(url)
     records = RequestQueue(db).list()
     winners = {(w.kernel_hash, w.key.sizes_key, w.key.dtypes_key): w.time_us for w in db.winners()}
