@@ -137,10 +137,14 @@ def print_row(r: dict, base: dict) -> None:
     """One table row, printed as soon as its run ends (a run cut short still reports the others)."""
     common = [k for k in r["winners"] if k in base["winners"]]
     ratios = [r["winners"][k] / base["winners"][k] for k in common] or [float("nan")]
+    worst = max(common, key=lambda k: r["winners"][k] / base["winners"][k], default=None)
     print(f"| {r['workers']} | {r['requests']} | {r['done']} | {r['failed']} | {r['wall_s']:.1f} | "
           f"{r['per_minute']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
           f"{statistics.median(ratios):.3f}, {max(ratios):.3f} ({len(common)} keys) | "
           f"{r['lock_s']:.1f} ({r['lock_s'] / r['wall_s']:.0%}) |", flush=True)
+    if worst is not None and r is not base:
+        print(f"  worst key: kernel {worst[0][:12]} at {worst[1]} {worst[2]}: {r['winners'][worst]:.1f} µs against "
+              f"{base['winners'][worst]:.1f} µs", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
