@@ -154,8 +154,8 @@ def test_stale_and_nearest_winners_are_only_warm_starts(db_url):
 
 
 @pytest.mark.parametrize("stored", [
-    {"threads": 1, "lanes": 3, "chunk": 64, "schedule": "static", "grain": 0},
-    {"threads": 1, "lanes": 16, "chunk": 64, "schedule": "static", "grain": 0, "hook": "__import__('os')"},
+    {"threads": 1, "lanes": 3, "chunk": 0, "schedule": "static", "grain": 0},
+    {"threads": 1, "lanes": 16, "chunk": 0, "schedule": "static", "grain": 0, "hook": "__import__('os')"},
     {"threads": 10_000},
 ])
 def test_a_tampered_stored_config_is_skipped_with_a_warning(db_url, stored, caplog):

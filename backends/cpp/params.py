@@ -7,6 +7,7 @@ from ...core.hardware import HardwareInfo
 
 SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
+MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
 
 
 @dataclass(frozen=True)
@@ -15,14 +16,15 @@ class CppConfig:
 
     ``threads``: OpenMP threads (0: all cores); ``lanes``: partial states per row for reductions
     vectorized through lane arrays (Welford, argmax); ``chunk``: adjacent columns one thread owns
-    when a kernel reduces over an outer dimension; ``schedule`` and ``grain``: the OpenMP
+    when a kernel reduces over an outer dimension (0: from the sizes and the thread count, see
+    ``codegen.column_chunk``); ``schedule`` and ``grain``: the OpenMP
     schedule of the parallel loop over rows, columns or elements and its chunk size (0: the
     schedule's default, for ``static`` one contiguous block per thread).
     """
 
     threads: int = 0
     lanes: int = 16
-    chunk: int = 64
+    chunk: int = 0
     schedule: str = "static"
     grain: int = 0
 
@@ -31,11 +33,12 @@ class CppConfig:
             raise TypeError(f"threads must be an int, got {self.threads!r}")
         if not 0 <= self.threads <= MAX_THREADS:
             raise ValueError(f"threads={self.threads} is outside 0..{MAX_THREADS}")
-        for name in ("lanes", "chunk"):
+        for name, low, high in (("lanes", 1, 1024), ("chunk", 0, MAX_CHUNK)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > 1024 \
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high \
                     or value & (value - 1):
-                raise ValueError(f"{name} must be a power of two in 1..1024, got {value!r}")
+                zero = " or 0" if low == 0 else ""
+                raise ValueError(f"{name} must be a power of two in 1..{high}{zero}, got {value!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

@@ -4,7 +4,7 @@
 * ``schedule`` x ``grain``: the OpenMP schedule of the parallel loop (pointwise, rows, columns);
   full reductions split their range by hand and have none;
 * ``lanes``: when a reduction phase runs through lane arrays (Welford, argmax/argmin rows);
-* ``chunk``: when the kernel reduces over an outer dimension (columns).
+* ``chunk``: when the kernel reduces over an outer dimension (columns); 0 derives it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .codegen import as_written, reduces_outer_dim
 from .params import SCHEDULES, CppConfig, config_from_json
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-CHUNKS = (8, 16, 32, 64, 128, 256)
+CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
 ROW_GRAINS = (0, 1, 8, 64)            # rows or columns per scheduling chunk
 ELEMENT_GRAINS = (0, 1024, 16384)     # elements per chunk of a 1-D pointwise loop
 
