@@ -105,6 +105,8 @@ def run(n: int, args, backend: str, tmp: str) -> dict:
 
 def lock_held_s(timing_log: str) -> float:
     """Seconds the device lock was held (every worker's timing windows; they never overlap)."""
+    if not os.path.exists(timing_log):  # no request got as far as timing
+        return 0.0
     with open(timing_log) as f:
         windows = [json.loads(line) for line in f if line.strip()]
     return sum(w["end"] - w["start"] for w in windows)
