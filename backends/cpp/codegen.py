@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 
+from ...ir import dtypes as dt
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
@@ -23,6 +24,7 @@ from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_divis
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
+from .streaming import streamed_pass, wants_streaming
 from .two_pass import two_pass_welford
 
 
@@ -253,6 +255,7 @@ class KernelWriter:
         self.threads += self._parallel_if()
         # reductions across rows: each thread's block partials, one element per point of the rdomain
         self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
+        self.streaming = False  # set while the rows loop nest of a streamed kernel is written
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -425,7 +428,9 @@ class KernelWriter:
         else:
             self.parallel_for(len(pv))
             indent = self.open_loops(pv, self.k.pdomain, "  ")
+        self.streaming = len(pv) == 1 and wants_streaming(self.k, self.cfg.stores)
         results = self.reduce_rows(indent, "0", self.c(self.k.rdomain[0]))
+        self.streaming = False
         self.row_stores(indent, results)
         if across is not None:
             across.row_done(indent)
@@ -468,6 +473,9 @@ class KernelWriter:
         self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
+        if self.streaming and not mine and not deferred and len(rv) == 1:
+            floats = {mangle(BUFFER, b) for b in self.k.outputs if self.k.buffers[b].dtype == dt.float32}
+            self.lines[pragma_at:] = streamed_pass(self.lines[pragma_at:], indent, floats) or self.lines[pragma_at:]
         for a in self.own(mine):
             self.out(indent, *a.finish())
         return {a.r.name: a for a in self.own(mine)}

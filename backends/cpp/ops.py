@@ -164,6 +164,23 @@ PRELUDE = r"""
 #include <limits>
 #include <type_traits>
 #include <omp.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+// A 16-float block staged by a streamed pass: a non-temporal store where the target is a whole
+// aligned line (AVX-512), a plain one otherwise; the fence ends a row's streamed stores.
+static inline void ln_stream16(float* p, const float* v) {
+#ifdef __AVX512F__
+  if (((uintptr_t)p & 63) == 0) { _mm512_stream_ps(p, _mm512_load_ps(v)); return; }
+#endif
+  std::memcpy(p, v, 64);
+}
+static inline void ln_stream_fence() {
+#ifdef __AVX512F__
+  _mm_sfence();
+#endif
+}
 
 static inline float ln_bf16_to_f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN -> 0x7fc0 as in c10

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from ...core.hardware import HardwareInfo
 
 SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
+STORES = ("auto", "plain", "stream")  # how a row kernel's last pass stores (streaming.py)
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
 
@@ -19,7 +20,9 @@ class CppConfig:
     when a kernel reduces over an outer dimension (0: from the sizes and the thread count, see
     ``codegen.column_chunk``); ``schedule`` and ``grain``: the OpenMP
     schedule of the parallel loop over rows, columns or elements and its chunk size (0: the
-    schedule's default, for ``static`` one contiguous block per thread).
+    schedule's default, for ``static`` one contiguous block per thread); ``stores``: whether a
+    row kernel's last pass writes with streaming stores ("auto": when its output exceeds the
+    last-level cache, ``streaming.py``).
     """
 
     threads: int = 0
@@ -27,6 +30,7 @@ class CppConfig:
     chunk: int = 0
     schedule: str = "static"
     grain: int = 0
+    stores: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -39,6 +43,8 @@ class CppConfig:
                     or value & (value - 1):
                 zero = " or 0" if low == 0 else ""
                 raise ValueError(f"{name} must be a power of two in 1..{high}{zero}, got {value!r}")
+        if self.stores not in STORES:
+            raise ValueError(f"stores must be one of {STORES}, got {self.stores!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

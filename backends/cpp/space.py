@@ -4,7 +4,8 @@
 * ``schedule`` x ``grain``: the OpenMP schedule of the parallel loop (pointwise, rows, columns);
   full reductions split their range by hand and have none;
 * ``lanes``: when a reduction phase runs through lane arrays (Welford, argmax/argmin rows);
-* ``chunk``: when the kernel reduces over an outer dimension (columns); 0 derives it.
+* ``chunk``: when the kernel reduces over an outer dimension (columns); 0 derives it;
+* ``stores``: when a row kernel's last pass can stream its stores (``streaming.py``).
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from ...core.hardware import HardwareInfo
 from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
-from .codegen import as_written, reduces_outer_dim
-from .params import SCHEDULES, CppConfig, config_from_json
+from .codegen import as_written, generate, reduces_outer_dim
+from .params import SCHEDULES, STORES, CppConfig, config_from_json
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
@@ -33,6 +34,13 @@ def uses_lanes(kernel: Kernel) -> bool:
     return any(Accumulator(r, "_").simd_clauses() is None for r in as_written(kernel).reductions if not r.across)
 
 
+def can_stream(kernel: Kernel) -> bool:
+    """True if forcing streaming stores changes the kernel's code (``stores`` is then a knob)."""
+    if not kernel.elem_stores or not kernel.reductions or len(kernel.pdomain) != 1:
+        return False
+    return "ln_stream16(&" in generate(kernel, CppConfig(stores="stream"), index_checks=False)
+
+
 def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
     """The knobs that matter for ``kernel`` on ``hardware``; the rest fixed at their defaults."""
     default = CppConfig()
@@ -45,6 +53,8 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("lanes", LANES))
     if kernel.reductions and reduces_outer_dim(kernel):
         knobs.append(Knob("chunk", CHUNKS))
+    if can_stream(kernel):
+        knobs.append(Knob("stores", STORES, ordered=False))
     tuned = {k.name for k in knobs}
     fixed = {name: value for name, value in default.to_json().items() if name not in tuned}
     return SearchSpace("cpp", lambda data: config_from_json(data, hardware), tuple(knobs), fixed)

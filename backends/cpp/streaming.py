@@ -1,0 +1,92 @@
+"""Streaming stores for the last pass of a row kernel whose output does not fit in cache.
+
+A plain store reads the line it writes first (write-allocate), so a kernel that writes as much
+as it reads moves 3 bytes for every 2. The streamed pass computes 16 lanes into a staging block
+and writes them with a non-temporal store (``ln_stream16``: aligned blocks only, plain stores
+otherwise), prefetches the same block of the next row's streaming input (while a row is in its
+later passes, read from L1, no read of the next row would be in flight), and fences its stores
+at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
+2026-12-02 08:05); in cache it loses, hence the size rule in ``wants_streaming``.
+
+The pass is rewritten from its emitted lines: only float32 stores at ``ROW + r0`` with a row of a
+static multiple of 16 qualify, in a pass that does not read the buffers it writes (softmax
+rescales its stored exponentials in place: those lines are in cache, and streaming over them
+lost 2.3x); anything else keeps the plain loop.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from ...scheduler.kernel import Kernel
+
+LANES = 16  # one 64-byte line of float32
+_STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>\w+);$")
+_LOAD = re.compile(r"= (?P<buf>b_\w+)\[(?P<row>[^\[\]]*\bp0\b[^\[\]]*?) \+ r0\];$")
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """The size of cpu0's last-level cache from sysfs (32 MB when it cannot be read)."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+            best = max(best, int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0))
+        except (OSError, ValueError):
+            continue
+    return best or 32 << 20
+
+
+def wants_streaming(kernel: Kernel, mode: str) -> bool:
+    """Whether the row kernel's last pass streams: ``mode`` "stream", or "auto" when the rows it
+    stores take more than the last-level cache (static sizes only)."""
+    if mode != "auto":
+        return mode == "stream"
+    elements = 1
+    for size in (*kernel.pdomain, *kernel.rdomain):
+        value = size.as_int()
+        if value is None:
+            return False
+        elements *= value
+    return 4 * elements * len(kernel.elem_stores) > last_level_cache_bytes()
+
+
+def streamed_pass(lines: list[str], indent: str, float_buffers: set[str]) -> list[str] | None:
+    """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``r0`` from 0 to a
+    static multiple of 16, its body, its closing brace) rewritten to stream its stores, or None
+    when the pass does not qualify."""
+    if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
+        return None
+    header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
+    if header is None or int(header.group(1)) % LANES:
+        return None
+    body, staged, prefetch = [], [], None
+    for line in lines[2:-1]:
+        store = _STORE.match(line)
+        if store is not None:
+            if store["buf"] not in float_buffers or "r0" in store["row"]:
+                return None
+            staged.append((store["buf"], store["row"]))
+            body.append(f"  {store['indent']}st{len(staged) - 1}_[r0 - rb_] = {store['value']};")
+            continue
+        if re.search(r"\bb_\w+\[[^\]]*\] =", line):  # any other store: not ours to rewrite
+            return None
+        load = _LOAD.search(line)
+        if load is not None and prefetch is None and re.fullmatch(r"p0\*\d+", load["row"]):
+            prefetch = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
+        body.append("  " + line)
+    if not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
+        return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
+    inner = indent + "  "
+    out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {LANES}) {{"]
+    out += [f"{inner}alignas(64) float st{n}_[{LANES}];" for n in range(len(staged))]
+    if prefetch is not None:
+        out.append(inner + prefetch)
+    out += [inner + "#pragma omp simd", f"{inner}for (int64_t r0 = rb_; r0 < rb_ + {LANES}; ++r0) {{"]
+    out += body
+    out.append(inner + "}")
+    out += [f"{inner}ln_stream16(&{buf}[{row} + rb_], st{n}_);" for n, (buf, row) in enumerate(staged)]
+    out += [indent + "}", indent + "ln_stream_fence();"]
+    return out

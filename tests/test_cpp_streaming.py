@@ -1,0 +1,81 @@
+"""Streaming stores in a C++ row kernel's last pass (``backends/cpp/streaming.py``): which passes
+stream, and that streamed outputs, aligned or not, equal eager."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import loopnest as ln
+from loopnest.backends.cpp import streaming
+from loopnest.backends.cpp.backend import CppBackend
+from loopnest.backends.cpp.codegen import generate
+from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.cpp.space import can_stream
+from loopnest.scheduler.kernel import signature
+from test_backends import kernels_of
+
+STREAMED = "ln_stream16(&"
+
+
+def layernorm_kernel(rows, cols):
+    x = ln.placeholder("x", (rows, cols), ln.float32)
+    w, b = ln.placeholder("w", (cols,), ln.float32), ln.placeholder("b", (cols,), ln.float32)
+    mean = ln.mean(x, 1, keepdim=True)
+    var = ln.mean((x - mean) * (x - mean), 1, keepdim=True)
+    (kernel,) = kernels_of([(x - mean) * ln.rsqrt(var + 1e-5) * w + b], [x, w, b])
+    return kernel
+
+
+def softmax_kernel(rows, cols):
+    x = ln.placeholder("x", (rows, cols), ln.float32)
+    e = ln.exp(x - ln.max(x, 1, keepdim=True))
+    (kernel,) = kernels_of([e / ln.sum(e, 1, keepdim=True)], [x])
+    return kernel
+
+
+def launch(kernel, config, inputs, out):
+    launcher = CppBackend().compile([(kernel, config)]).launchers[kernel.name]
+    launcher({n: out if n in kernel.outputs else inputs[n] for n in signature(kernel).buffers}, {})
+
+
+@pytest.mark.parametrize("offset", [0, 3])  # 3 floats: no block of the output is aligned, all store plainly
+def test_streamed_layernorm_equals_eager(offset):
+    kernel = layernorm_kernel(37, 256)
+    assert STREAMED in generate(kernel, CppConfig(stores="stream"))
+    inputs = {"x": torch.randn(37, 256), "w": torch.randn(256), "b": torch.randn(256)}
+    out = torch.full((37 * 256 + offset,), float("nan"))[offset:].view(37, 256)
+    launch(kernel, CppConfig(stores="stream"), inputs, out)
+    want = F.layer_norm(inputs["x"].double(), (256,), inputs["w"].double(), inputs["b"].double()).float()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_pass_that_reads_what_it_writes_keeps_plain_stores():
+    kernel = softmax_kernel(8, 256)  # the last pass rescales the exponentials it stored before
+    assert STREAMED not in generate(kernel, CppConfig(stores="stream"))
+    assert not can_stream(kernel)
+    x = torch.randn(8, 256)
+    out = torch.full((8, 256), float("nan"))
+    launch(kernel, CppConfig(stores="stream"), {"x": x}, out)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_rows_that_are_not_whole_lines_keep_plain_stores():
+    assert STREAMED not in generate(layernorm_kernel(8, 100), CppConfig(stores="stream"))
+
+
+def test_auto_streams_outputs_larger_than_the_last_level_cache(monkeypatch):
+    kernel = layernorm_kernel(64, 256)  # 64 KB stored
+    assert can_stream(kernel)
+    assert STREAMED not in generate(kernel, CppConfig(stores="plain"))
+    monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: 1 << 20)
+    assert STREAMED not in generate(kernel, CppConfig())
+    monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: 32 << 10)
+    assert STREAMED in generate(kernel, CppConfig())
+
+
+def test_last_level_cache_size_is_read():
+    assert streaming.last_level_cache_bytes() >= 1 << 20
+
+
+def test_an_unknown_stores_mode_is_refused():
+    with pytest.raises(ValueError, match="stores must be one of"):
+        CppConfig(stores="fast")
