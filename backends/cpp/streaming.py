@@ -6,7 +6,7 @@ and writes them with a non-temporal store (``ln_stream16``: aligned blocks only,
 otherwise), prefetches the same block of the next row's streaming input (while a row is in its
 later passes, read from L1, no read of the next row would be in flight), and fences its stores
 at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
-2026-12-02 08:05); in cache it loses, hence the size rule in ``wants_streaming``.
+2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
 
 The pass is rewritten from its emitted lines: only float32 stores at ``ROW + r0`` with a row of a
 static multiple of 16 qualify, in a pass that does not read the buffers it writes (softmax
