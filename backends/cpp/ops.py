@@ -164,20 +164,27 @@ PRELUDE = r"""
 #include <limits>
 #include <type_traits>
 #include <omp.h>
-#ifdef __AVX512F__
+#ifdef __AVX__
 #include <immintrin.h>
 #endif
 
-// A 16-float block staged by a streamed pass: a non-temporal store where the target is a whole
-// aligned line (AVX-512), a plain one otherwise; the fence ends a row's streamed stores.
+// A 16-float block staged by a streamed pass: non-temporal stores where the target is a whole
+// aligned line (AVX-512: one, AVX: two halves), a plain copy otherwise; the fence ends a row's
+// streamed stores.
 static inline void ln_stream16(float* p, const float* v) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
   if (((uintptr_t)p & 63) == 0) { _mm512_stream_ps(p, _mm512_load_ps(v)); return; }
+#elif defined(__AVX__)
+  if (((uintptr_t)p & 63) == 0) {
+    _mm256_stream_ps(p, _mm256_load_ps(v));
+    _mm256_stream_ps(p + 8, _mm256_load_ps(v + 8));
+    return;
+  }
 #endif
   std::memcpy(p, v, 64);
 }
 static inline void ln_stream_fence() {
-#ifdef __AVX512F__
+#ifdef __AVX__
   _mm_sfence();
 #endif
 }
