@@ -19,6 +19,7 @@ import functools
 import re
 from pathlib import Path
 
+from ...ir.index import product
 from ...scheduler.kernel import Kernel
 
 LANES = 16  # one 64-byte line of float32
@@ -44,13 +45,8 @@ def wants_streaming(kernel: Kernel, mode: str) -> bool:
     stores take more than the last-level cache (static sizes only)."""
     if mode != "auto":
         return mode == "stream"
-    elements = 1
-    for size in (*kernel.pdomain, *kernel.rdomain):
-        value = size.as_int()
-        if value is None:
-            return False
-        elements *= value
-    return 4 * elements * len(kernel.elem_stores) > last_level_cache_bytes()
+    elements = product((*kernel.pdomain, *kernel.rdomain)).as_int()
+    return elements is not None and 4 * elements * len(kernel.elem_stores) > last_level_cache_bytes()
 
 
 def streamed_pass(lines: list[str], indent: str, float_buffers: set[str]) -> list[str] | None:
