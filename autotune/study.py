@@ -301,7 +301,7 @@ class StudyLoop:
         s = self.settings
         if self.spent >= s.trials:
             return "trial budget"
-        if time.monotonic() - start >= s.time_budget_s:
+        if self.result.asked and time.monotonic() - start >= s.time_budget_s:  # one trial at least
             return "time budget"
         if len(self.seen) >= self.space.size:
             return "space exhausted"

@@ -56,6 +56,18 @@ class ExternFn:
     carriers: tuple = ()  # the Carrier of each such leaf (None: a loopnest dtype)
     out_carriers: tuple = ()  # the Carrier of each tensor result (None: a loopnest dtype)
 
+    def for_device(self, device_type: str):
+        """This call for a graph running on ``device_type``: without the per-call device and
+        carrier conversions when no argument needs one (every tensor traced on that kind of device,
+        in a loopnest dtype), else itself."""
+        if (self.carriers or any(self.out_carriers)
+                or any(d is not None and d.type != device_type for d in self.devices)):
+            return self
+        op, picks = self.op, self.tensor_outputs
+        if picks is None:
+            return lambda *args, **kwargs: op(*args, **kwargs).resolve_neg()
+        return lambda *args, **kwargs: _picked(op(*args, **kwargs), picks)
+
     def __call__(self, *args, **kwargs):
         if any(d is not None for d in self.devices):
             devices, carriers = iter(self.devices), iter(self.carriers or (None,) * len(self.devices))
@@ -67,6 +79,11 @@ class ExternFn:
         results = tuple(r.resolve_neg() if c is None else _carried(r, c, inputs)
                         for r, c in zip(results, self.out_carriers or (None,) * len(results)))
         return results[0] if self.tensor_outputs is None else results
+
+
+def _picked(result, positions: tuple[int, ...]) -> tuple:
+    """The tensors at ``positions`` of a tuple result, lazily negated views resolved."""
+    return tuple(result[k].resolve_neg() for k in positions)
 
 
 def _traced_form(a, device, carrier: Carrier | None):

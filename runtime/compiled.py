@@ -1,7 +1,6 @@
 """A compiled graph as a callable: checks inputs, allocates buffers, runs kernels and externs."""
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -11,7 +10,8 @@ import torch
 
 from ..backends.base import Artifact, Backend, Launcher
 from ..core import settings
-from ..ir.index import bare_symbol, evaluate
+from ..core.trees import map_leaves
+from ..ir.index import Index, bare_symbol, evaluate
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
@@ -50,6 +50,7 @@ class _Binding:
 
 
 MAX_PLANS = 256  # call plans kept per compiled graph
+ARENA_ALIGN = 64  # bytes: where each memory slot starts in a call's arena
 
 
 class SizeDispatch(Protocol):
@@ -186,21 +187,27 @@ class CallPlan:
         self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
                              [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, poison_value(b.dtype.torch))
                             for b in graph.allocations]
-        self.slots = [evaluate(n, env) for n in graph.memory.slots] if graph.planned else []
+        # the memory plan's slots side by side in one arena, each at an aligned offset
+        offsets, self.arena = [], 0
+        for n in (graph.memory.slots if graph.planned else ()):
+            offsets.append(self.arena)
+            self.arena += -(-evaluate(n, env) // ARENA_ALIGN) * ARENA_ALIGN
         self.views = []
         for b, slot in graph.planned:
             sizes = [evaluate(s, env) for s in b.layout.sizes]
-            self.views.append((b.name, slot, math.prod(sizes) * b.dtype.itemsize, b.dtype.torch, sizes,
+            self.views.append((b.name, b.dtype.torch, sizes, _contiguous_strides(sizes), offsets[slot] // b.dtype.itemsize,
                                poison_value(b.dtype.torch)))
+        self.arena_dtypes = list(dict.fromkeys(dtype for _, dtype, *_ in self.views))
         chosen = launchers or {}
+        inputs = set(graph.graph.inputs)
         self.launchers = {step.name: chosen.get(step.name, launch) for step, launch in graph.steps if launch is not None}
-        self.steps = [(_bind(self.launchers[step.name], env), None) if launch is not None else (None, step)
+        self.steps = [_bind(self.launchers[step.name], env) if launch is not None
+                      else BoundExtern(step, graph.graph.buffers, inputs, env, graph.device)
                       for step, launch in graph.steps]
-        self.decls = graph.graph.buffers
         self.inputs = [b.name for b in graph.inputs]
         self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]
         self.device = graph.device
-        _warm_up([run.warmup for run, _ in self.steps if hasattr(run, "warmup")])
+        _warm_up([run.warmup for run in self.steps if hasattr(run, "warmup")])
 
     def run(self, args: Sequence[torch.Tensor], poison: bool) -> tuple:
         """Allocate, launch every step, return the outputs."""
@@ -209,17 +216,14 @@ class CallPlan:
         for name, sizes, strides, dtype, fill in self.allocations:
             t = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
             buffers[name] = t.fill_(fill) if poison else t
-        if self.slots:
-            slots = [torch.empty(n, dtype=torch.uint8, device=device) for n in self.slots]
-            for name, slot, nbytes, dtype, sizes, fill in self.views:
-                t = slots[slot][:nbytes].view(dtype).view(sizes)
+        if self.views:
+            arena = torch.empty(self.arena, dtype=torch.uint8, device=device)
+            typed = {dtype: arena.view(dtype) for dtype in self.arena_dtypes}
+            for name, dtype, sizes, strides, offset, fill in self.views:
+                t = typed[dtype].as_strided(sizes, strides, offset)
                 buffers[name] = t.fill_(fill) if poison else t
-        env = self.env
-        for run, extern in self.steps:
-            if run is not None:
-                run(buffers)
-            else:
-                _run_extern(extern, buffers, self.decls, env)
+        for run in self.steps:
+            run(buffers)
         return tuple(buffers[name] if spec is None else _as_view(buffers[name], spec)
                      for name, spec in self.outputs)
 
@@ -277,22 +281,69 @@ def _bindings(inputs: list[Buffer]) -> list[_Binding]:
             if (name := bare_symbol(s)) is not None]
 
 
-def _run_extern(node: Extern, buffers: dict[str, torch.Tensor], decls: dict[str, Buffer],
-                env: dict[str, int]) -> None:
-    def tensor_of(ref: BufferRef) -> torch.Tensor:
-        t = buffers[ref.name]
-        return t if ref.layout is None else _as_view(t, _view_spec(ref.layout, env))
-
-    for name, value in zip(node.outs, node.call(tensor_of, env)):
-        buffers[name] = _conform(value, decls[name], env)
+class _Slot(int):
+    """Where a buffer argument goes in an extern's argument tree: the index of its tensor."""
 
 
-def _conform(t: torch.Tensor, decl: Buffer, env: dict[str, int]) -> torch.Tensor:
-    """The extern's result in the layout the kernels were generated for (a copy if it differs)."""
-    sizes = [evaluate(s, env) for s in decl.layout.sizes]
-    if list(t.shape) != sizes:
-        raise RuntimeError(f"extern produced shape {tuple(t.shape)} for {decl.name}, expected {tuple(sizes)}")
-    return restrided(t, [evaluate(s, env) for s in decl.layout.strides])
+class BoundExtern:
+    """An extern step with the symbol values fixed: sizes among its arguments evaluated, the view
+    of each buffer argument and the layout of each result worked out, the tree of arguments
+    flattened where it is flat (the usual ``op(a, b, ...)``), and the op's device and carrier
+    conversions left out where no argument needs them. A call fetches the buffers, calls the op
+    and files its results."""
+
+    def __init__(self, node: Extern, decls: Mapping[str, Buffer], inputs: set[str], env: dict[str, int],
+                 device: str):
+        self.name = node.name
+        specialize = getattr(node.fn, "for_device", None)
+        self.fn = specialize(device) if specialize is not None else node.fn
+        self.refs: list[tuple[str, tuple | None]] = []
+
+        def resolve(a):
+            if isinstance(a, BufferRef):
+                spec = None if a.layout is None else _view_spec(a.layout, env)
+                if spec is not None and a.name not in inputs and spec == _view_spec(decls[a.name].layout, env):
+                    spec = None  # made here in that very layout
+                self.refs.append((a.name, spec))
+                return _Slot(len(self.refs) - 1)
+            return evaluate(a, env) if isinstance(a, Index) else a
+
+        self.args, self.kwargs = map_leaves(resolve, list(node.args)), map_leaves(resolve, dict(node.kwargs))
+        top = [(k, self.refs[a]) for k, a in enumerate(self.args) if type(a) is _Slot]
+        self.flat = len(top) == len(self.refs)  # every buffer a positional argument of its own
+        self.fetch = [(k, name, spec) for k, (name, spec) in top]
+        self.outs = []
+        for name in node.outs:
+            layout = decls[name].layout
+            self.outs.append((name, tuple(evaluate(s, env) for s in layout.sizes),
+                              tuple(evaluate(s, env) for s in layout.strides)))
+
+    def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
+        if self.flat:
+            args = self.args.copy()
+            for k, name, spec in self.fetch:
+                args[k] = buffers[name] if spec is None else _as_view(buffers[name], spec)
+            result = self.fn(*args, **self.kwargs)
+        else:
+            tensors = [buffers[name] if spec is None else _as_view(buffers[name], spec) for name, spec in self.refs]
+
+            def fill(a):
+                return tensors[a] if type(a) is _Slot else a
+            result = self.fn(*map_leaves(fill, self.args), **map_leaves(fill, self.kwargs))
+        results = (result,) if isinstance(result, torch.Tensor) else result
+        for (name, sizes, strides), t in zip(self.outs, results):
+            if t.shape != sizes:
+                raise RuntimeError(f"extern {self.name} produced shape {tuple(t.shape)} for {name}, "
+                                   f"expected {sizes}")
+            buffers[name] = t if t.stride() == strides else restrided(t, strides)
+
+
+def _contiguous_strides(sizes: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
