@@ -17,6 +17,15 @@ from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
 
 
+try:  # PyTorch's C helpers for Inductor's generated code: no trip through the dispatcher
+    from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda, _reinterpret_tensor
+except ImportError:  # pragma: no cover - older or other builds of torch
+    _empty_strided_cpu = _empty_strided_cuda = None
+
+    def _reinterpret_tensor(t: torch.Tensor, sizes, strides, offset: int) -> torch.Tensor:
+        return _reinterpret_tensor(t, sizes, strides, offset)
+
+
 class InputError(TypeError):
     """A compiled graph was called with arguments that do not fit its inputs."""
 
@@ -184,8 +193,9 @@ class CallPlan:
 
     def __init__(self, graph: CompiledGraph, env: dict[str, int], launchers: Mapping[str, Launcher] | None = None):
         self.env = env
-        self.allocations = [(b.name, [evaluate(s, env) for s in b.layout.sizes],
-                             [evaluate(s, env) for s in b.layout.strides], b.dtype.torch, poison_value(b.dtype.torch))
+        self.allocations = [(b.name, tuple(evaluate(s, env) for s in b.layout.sizes),
+                             tuple(evaluate(s, env) for s in b.layout.strides), b.dtype.torch,
+                             poison_value(b.dtype.torch))
                             for b in graph.allocations]
         # the memory plan's slots side by side in one arena, each at an aligned offset
         offsets, self.arena = [], 0
@@ -194,7 +204,7 @@ class CallPlan:
             self.arena += -(-evaluate(n, env) // ARENA_ALIGN) * ARENA_ALIGN
         self.views = []
         for b, slot in graph.planned:
-            sizes = [evaluate(s, env) for s in b.layout.sizes]
+            sizes = tuple(evaluate(s, env) for s in b.layout.sizes)
             self.views.append((b.name, b.dtype.torch, sizes, _contiguous_strides(sizes), offsets[slot] // b.dtype.itemsize,
                                poison_value(b.dtype.torch)))
         self.arena_dtypes = list(dict.fromkeys(dtype for _, dtype, *_ in self.views))
@@ -207,25 +217,34 @@ class CallPlan:
         self.inputs = [b.name for b in graph.inputs]
         self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]
         self.device = graph.device
+        self.empty = _allocator(graph.device)
         _warm_up([run.warmup for run in self.steps if hasattr(run, "warmup")])
 
     def run(self, args: Sequence[torch.Tensor], poison: bool) -> tuple:
         """Allocate, launch every step, return the outputs."""
-        device = self.device
+        empty = self.empty
         buffers = dict(zip(self.inputs, args))
         for name, sizes, strides, dtype, fill in self.allocations:
-            t = torch.empty_strided(sizes, strides, dtype=dtype, device=device)
+            t = empty(sizes, strides, dtype)
             buffers[name] = t.fill_(fill) if poison else t
         if self.views:
-            arena = torch.empty(self.arena, dtype=torch.uint8, device=device)
+            arena = empty((self.arena,), (1,), torch.uint8)
             typed = {dtype: arena.view(dtype) for dtype in self.arena_dtypes}
             for name, dtype, sizes, strides, offset, fill in self.views:
-                t = typed[dtype].as_strided(sizes, strides, offset)
+                t = _reinterpret_tensor(typed[dtype], sizes, strides, offset)
                 buffers[name] = t.fill_(fill) if poison else t
         for run in self.steps:
             run(buffers)
         return tuple(buffers[name] if spec is None else _as_view(buffers[name], spec)
                      for name, spec in self.outputs)
+
+
+def _allocator(device: str):
+    """``empty(sizes, strides, dtype)`` on ``device`` ("cuda": the current CUDA device)."""
+    fast = {"cpu": _empty_strided_cpu, "cuda": _empty_strided_cuda}.get(device)
+    if fast is not None:
+        return fast
+    return lambda sizes, strides, dtype: torch.empty_strided(sizes, strides, dtype=dtype, device=device)
 
 
 def _bind(launch, env: dict[str, int]):
@@ -273,7 +292,7 @@ def _as_view(t: torch.Tensor, spec: tuple) -> torch.Tensor:
     sizes, strides, offset = spec
     if offset == 0 and t.shape == sizes and t.stride() == strides:
         return t
-    return t.as_strided(sizes, strides, t.storage_offset() + offset)
+    return _reinterpret_tensor(t, sizes, strides, offset)
 
 
 def _bindings(inputs: list[Buffer]) -> list[_Binding]:
@@ -322,10 +341,11 @@ class BoundExtern:
         if self.flat:
             args = self.args.copy()
             for k, name, spec in self.fetch:
-                args[k] = buffers[name] if spec is None else _as_view(buffers[name], spec)
+                args[k] = buffers[name] if spec is None else _reinterpret_tensor(buffers[name], *spec)
             result = self.fn(*args, **self.kwargs)
         else:
-            tensors = [buffers[name] if spec is None else _as_view(buffers[name], spec) for name, spec in self.refs]
+            tensors = [buffers[name] if spec is None else _reinterpret_tensor(buffers[name], *spec)
+                       for name, spec in self.refs]
 
             def fill(a):
                 return tensors[a] if type(a) is _Slot else a
@@ -338,12 +358,12 @@ class BoundExtern:
             buffers[name] = t if t.stride() == strides else restrided(t, strides)
 
 
-def _contiguous_strides(sizes: Sequence[int]) -> list[int]:
+def _contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(sizes):
         strides.append(step)
         step *= max(n, 1)
-    return strides[::-1]
+    return tuple(reversed(strides))
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
