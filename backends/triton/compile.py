@@ -143,13 +143,14 @@ class BoundLaunch:
 
     def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
         t = buffers[self.device_buffer]
-        workspaces = {name: new(numel, dtype=dtype, device=t.device) for name, dtype, numel, new in self.workspaces}
+        workspaces = ({name: new(numel, dtype=dtype, device=t.device) for name, dtype, numel, new in self.workspaces}
+                      if self.workspaces else _NO_WORKSPACES)
         if not self.native:  # Triton's interpreter
             for step in self.steps:
                 step.launch_jit(step.arguments(buffers, workspaces))
             return
         device = t.get_device()
-        if device != torch.cuda.current_device():
+        if device != _current_device():
             with torch.cuda.device(device):
                 self._launch_cuda(buffers, workspaces, device)
         else:
@@ -228,6 +229,13 @@ class _Step:
         with torch.cuda.device(device):  # warm-ups run in worker threads: compile for this device
             kernel = self.compiled(args)
         return direct_launch(kernel, device)
+
+
+_NO_WORKSPACES: dict = {}
+
+
+# the current CUDA device; straight from C once CUDA is initialized (a tensor of the call lives there)
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def _current_stream(device: int) -> int:
