@@ -43,7 +43,8 @@ FULL_ARGMAX = lambda x: ln.argmax(x)  # noqa: E731
     (WELFORD_ROWS, (64, 96), {"threads", "schedule", "grain"}),            # two passes over short rows
     (WELFORD_ROWS, (4, 70000), {"threads", "schedule", "grain", "lanes"}),  # Welford lanes over long ones
     (SUM_ROWS, (64, 96), {"threads", "schedule", "grain"}),
-    (SUM_COLUMNS, (64, 96), {"threads", "schedule", "grain", "chunk"}),
+    (SUM_COLUMNS, (64, 96), {"threads", "schedule", "grain", "chunk", "column_split"}),
+    (SUM_COLUMNS, (64, 8192), {"threads", "schedule", "grain", "chunk"}),  # partials too wide to split rows
     (FULL_MAX, (4096,), {"threads"}),
     (FULL_ARGMAX, (4096,), {"threads", "lanes"}),
 ])

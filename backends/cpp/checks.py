@@ -46,11 +46,12 @@ class ZeroDivision:
 
 @dataclass(frozen=True)
 class ScratchAllocation:
-    """The per-thread partial results of a kernel's reductions across rows, allocated per call."""
+    """The per-thread partial results of a kernel's reductions across rows (or of a column
+    reduction whose rows are split across threads), allocated per call."""
 
     def message(self, value: int, bound: int) -> str:
         return (f"could not allocate {value} bytes for the per-thread partial results of a reduction "
-                f"across rows")
+                f"over rows split across threads")
 
 
 ACROSS_SCRATCH = ScratchAllocation()
@@ -89,7 +90,8 @@ def is_int_division(e) -> bool:
 def error_sites(kernel: Kernel, index_checks: bool) -> tuple[ErrorSite, ...]:
     """The kernel's distinct error sites in eager's order (site code = position + 1); index
     checks only when ``index_checks`` is on."""
-    sites: dict[ErrorSite, None] = {ACROSS_SCRATCH: None} if kernel.across else {}
+    scratch = kernel.across or (kernel.reductions and kernel.num_phases == 1 and len(kernel.pdomain) == 1)
+    sites: dict[ErrorSite, None] = {ACROSS_SCRATCH: None} if scratch else {}
     for root in kernel.expressions():
         for node in _operands_first(root):
             if is_int_division(node):

@@ -24,6 +24,7 @@ from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_divis
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
+from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
 from .streaming import streamed_pass, wants_streaming
 from .two_pass import two_pass_welford
 
@@ -209,7 +210,6 @@ def omp_threads(config: CppConfig) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-PARTIALS_BYTES = 16 << 10  # a column task's float partials stay in L1 beside the streaming rows
 MIN_AUTO_CHUNK = 64
 
 
@@ -509,8 +509,10 @@ class KernelWriter:
     def columns(self) -> None:
         pv, sizes = self.k.pvars(), list(self.k.pdomain)
         accs = self.accumulators("[j]")
-        column_bytes = sum(8 if t in ("double", "int64_t") else 4 for a in accs.values() for t, _, _ in a.parts())
-        last, width = as_var(pv[-1]).name, column_chunk(self.k, self.cfg, column_bytes)
+        last, width = as_var(pv[-1]).name, column_chunk(self.k, self.cfg, column_state_bytes(self.k))
+        if splits_rows(self.k, self.cfg, width, omp_threads(self.cfg)):
+            write_split_rows(self)
+            return
         columns = sizes[-1].as_int()
         self.parallel_for(len(pv))
         indent = self.open_loops(pv[:-1], sizes[:-1], "  ")

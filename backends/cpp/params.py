@@ -7,6 +7,7 @@ from ...core.hardware import HardwareInfo
 
 SCHEDULES = ("static", "dynamic", "guided")  # OpenMP loop schedules of the parallel loop
 STORES = ("auto", "plain", "stream")  # how a row kernel's last pass stores (streaming.py)
+COLUMN_SPLITS = ("auto", "chunks", "rows")  # how a column reduction divides its work among threads
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
 
@@ -22,7 +23,10 @@ class CppConfig:
     schedule of the parallel loop over rows, columns or elements and its chunk size (0: the
     schedule's default, for ``static`` one contiguous block per thread); ``stores``: whether a
     row kernel's last pass writes with streaming stores ("auto": when its output exceeds the
-    last-level cache, ``streaming.py``).
+    last-level cache, ``streaming.py``); ``column_split``: how a kernel that reduces over an
+    outer dimension divides its work, "chunks" of adjacent columns per thread or "rows" (each
+    thread folds a block of whole rows into partials of every column, combined afterwards;
+    ``codegen.splits_rows``), "auto" choosing by the sizes and thread count.
     """
 
     threads: int = 0
@@ -31,6 +35,7 @@ class CppConfig:
     schedule: str = "static"
     grain: int = 0
     stores: str = "auto"
+    column_split: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -45,6 +50,8 @@ class CppConfig:
                 raise ValueError(f"{name} must be a power of two in 1..{high}{zero}, got {value!r}")
         if self.stores not in STORES:
             raise ValueError(f"stores must be one of {STORES}, got {self.stores!r}")
+        if self.column_split not in COLUMN_SPLITS:
+            raise ValueError(f"column_split must be one of {COLUMN_SPLITS}, got {self.column_split!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

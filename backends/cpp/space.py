@@ -5,7 +5,9 @@
   full reductions split their range by hand and have none;
 * ``lanes``: when a reduction phase runs through lane arrays (Welford, argmax/argmin rows);
 * ``chunk``: when the kernel reduces over an outer dimension (columns); 0 derives it;
-* ``stores``: when a row kernel's last pass can stream its stores (``streaming.py``).
+* ``stores``: when a row kernel's last pass can stream its stores (``streaming.py``);
+* ``column_split``: when a column reduction can run with its rows split across threads
+  (``split_rows.py``).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .codegen import as_written, generate, reduces_outer_dim
-from .params import SCHEDULES, STORES, CppConfig, config_from_json
+from .params import COLUMN_SPLITS, SCHEDULES, STORES, CppConfig, config_from_json
+from .split_rows import can_split_rows
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
@@ -53,6 +56,8 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("lanes", LANES))
     if kernel.reductions and reduces_outer_dim(kernel):
         knobs.append(Knob("chunk", CHUNKS))
+    if kernel.reductions and reduces_outer_dim(kernel) and can_split_rows(kernel):
+        knobs.append(Knob("column_split", COLUMN_SPLITS, ordered=False))
     if can_stream(kernel):
         knobs.append(Knob("stores", STORES, ordered=False))
     tuned = {k.name for k in knobs}

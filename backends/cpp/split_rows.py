@@ -1,0 +1,105 @@
+"""C++ for column reductions (``x.sum(0)``) with the rows split across threads.
+
+The default way to run a kernel that reduces over an outer dimension gives each thread chunks of
+adjacent columns (``codegen.column_chunk``): every row is then read in runs of one chunk, which
+lose the prefetchers at each run's end, and a reduction with fewer chunks than threads leaves
+threads idle. When the partial states of every column fit in L1 beside the streaming rows, each
+thread can instead fold a block of whole rows into partials of every column: its reads are then
+one contiguous range, like a full sum's. The partials of the threads are combined afterwards, in
+thread order (the same result for the same thread count), and the kernel's stores run per column.
+
+One thread allocates the partials of all threads per call; a failed allocation is an error
+(``checks.ScratchAllocation``), as for reductions across rows.
+"""
+from __future__ import annotations
+
+from ...ir.index import as_var, product
+from ...scheduler.kernel import Kernel
+from .accumulators import Accumulator
+from .checks import ACROSS_SCRATCH
+from .params import CppConfig
+
+PARTIALS_BYTES = 16 << 10  # one thread's partial states of every column, in L1 beside the rows
+SHORT_CHUNK = 512  # columns: chunks narrower than this read rows in runs too short to stream
+
+
+def column_state_bytes(kernel: Kernel) -> int:
+    """Bytes of the partial states a column reduction keeps per column."""
+    sizes = {"double": 8, "int64_t": 8}
+    return sum(sizes.get(t, 4) for n, r in enumerate(kernel.reductions)
+               for t, _, _ in Accumulator(r, f"acc{n}", "[j]").parts())
+
+
+def can_split_rows(kernel: Kernel) -> bool:
+    """Whether the rows of this column reduction can be split across threads: one kept (column)
+    dimension of known size, one phase, and every column's partial states within PARTIALS_BYTES."""
+    if len(kernel.pdomain) != 1 or kernel.num_phases != 1 or kernel.across or not kernel.rdomain:
+        return False
+    columns = kernel.pdomain[0].as_int()
+    return columns is not None and 0 < columns * column_state_bytes(kernel) <= PARTIALS_BYTES
+
+
+def splits_rows(kernel: Kernel, config: CppConfig, chunk: int, threads: int) -> bool:
+    """Whether a column reduction runs with its rows split across threads: as the config says, or
+    for "auto" (and no chunk set by hand) when it can and chunks of ``chunk`` columns would keep
+    fewer than ``threads`` threads busy or read each row in runs shorter than SHORT_CHUNK columns.
+
+    Measured on 2 cores (bench/RESULTS.md, 2026-12-02 12:05): rows split beat chunks of 32-256
+    columns by 1.2-1.5x and a single chunk of 64 columns (one busy thread) by 1.25x, tied chunks
+    of 512, and lost to chunks of 1024-2048 by 1.08-1.15x (16 KB of partials per thread then
+    share L1 with the streaming rows)."""
+    if config.column_split == "chunks" or not can_split_rows(kernel):
+        return False
+    if config.column_split == "rows":
+        return True
+    if config.chunk or threads < 2:
+        return False
+    columns = kernel.pdomain[0].as_int()
+    return -(-columns // chunk) < threads or chunk < min(columns, SHORT_CHUNK)
+
+
+def write_split_rows(w) -> None:
+    """Emit the kernel body into ``w`` (a ``codegen.KernelWriter``)."""
+    k = w.k
+    columns = w.c(k.pdomain[0])
+    column = as_var(k.pvars()[0]).name
+    accs = w.accumulators("[j]")
+    mine, stores = w.phase_parts(0, accs)
+    arrays = [(t, f"{a.var}{suffix}", f"{a.var}all{suffix}", init) for a in mine for t, suffix, init in a.parts()]
+    ready = " && ".join(every for _, _, every, _ in arrays) or "true"
+    code = w.sites.index(ACROSS_SCRATCH) + 1
+    w.out("  ", "int64_t nt_ = 1;", *(f"{t}* {every} = nullptr;" for t, _, every, _ in arrays))
+    w.out("  ", f"#pragma omp parallel{w.threads}", "{", "  #pragma omp single", "  {",
+          "    nt_ = omp_get_num_threads();")
+    for t, _, every, _ in arrays:
+        size = f"sizeof({t}) * nt_ * ({columns})"
+        w.out("    ", f"{every} = ({t}*)std::malloc({size});", f"if (!{every}) ln_fail(ln_err, {code}, {size}, 0);")
+    w.out("  ", "  }", f"  if ({ready}) {{")
+    indent = "    "
+    rv = k.rvars()
+    first, n0 = as_var(rv[0]).name, w.c(k.rdomain[0])
+    w.out(indent, "const int64_t tid_ = omp_get_thread_num();",
+          f"const int64_t lo_ = ({n0}) * tid_ / nt_, hi_ = ({n0}) * (tid_ + 1) / nt_;")
+    for t, name, every, init in arrays:
+        w.out(indent, f"{t}* __restrict__ {name} = {every} + tid_ * ({columns});", "#pragma omp simd",
+              f"for (int64_t j = 0; j < ({columns}); ++j) {name}[j] = {init};")
+    w.out(indent, f"for (int64_t {first} = lo_; {first} < hi_; ++{first}) {{")
+    inner = w.open_loops(rv[1:], k.rdomain[1:], indent + "  ")
+    w.out(inner, "#pragma omp simd", f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
+    count = f"{w.flat_r()} - lo_ * ({w.c(product(k.rdomain[1:]))}) + 1"  # elements this thread's states hold
+    w.body(inner + "  ", accs, mine, stores, w.flat_r(), count=count)
+    w.out(inner, "}")
+    w.close_loops(len(rv) - 1, inner)
+    w.out(indent, "}", "#pragma omp barrier", "#pragma omp for schedule(static)",
+          f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
+    results = {}
+    for n, a in enumerate(mine):
+        total, every = Accumulator(a.r, f"tot{n}_"), Accumulator(a.r, f"{a.var}all", "[j]")
+        w.out(indent + "  ", *(f"{t} {total.var}{suffix} = {every.ref(suffix)};" for t, suffix, _ in a.parts()),
+              "for (int64_t t_ = 1; t_ < nt_; ++t_) {")
+        w.out(indent + "    ", *total.combine(every, f"[t_ * ({columns}) + j]"))
+        w.out(indent + "  ", "}", *total.finish())
+        results[a.r.name] = total
+    w.row_stores(indent + "  ", results)
+    w.out(indent, "}")
+    w.out("  ", "  }", "}", *(f"std::free({every});" for _, _, every, _ in arrays))
