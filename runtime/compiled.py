@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - older or other builds of torch
     _empty_strided_cpu = _empty_strided_cuda = None
 
     def _reinterpret_tensor(t: torch.Tensor, sizes, strides, offset: int) -> torch.Tensor:
-        return _reinterpret_tensor(t, sizes, strides, offset)
+        return t.as_strided(sizes, strides, t.storage_offset() + offset)
 
 
 class InputError(TypeError):
