@@ -44,10 +44,10 @@ def splits_rows(kernel: Kernel, config: CppConfig, chunk: int, threads: int) -> 
     for "auto" (and no chunk set by hand) when it can and chunks of ``chunk`` columns would keep
     fewer than ``threads`` threads busy or read each row in runs shorter than SHORT_CHUNK columns.
 
-    Measured on 2 cores (bench/RESULTS.md, 2026-12-02 12:05): rows split beat chunks of 32-256
-    columns by 1.2-1.5x and a single chunk of 64 columns (one busy thread) by 1.25x, tied chunks
-    of 512, and lost to chunks of 1024-2048 by 1.08-1.15x (16 KB of partials per thread then
-    share L1 with the streaming rows)."""
+    Measured on 2 cores (bench/RESULTS.md, 2026-12-02 11:55): rows split beat chunks of 128
+    columns by 1.18x and single chunks of 16-64 columns (one busy thread) by 1.09-1.32x, tied
+    chunks of 512, and lost to chunks of 1024-2048 by 1.08-1.15x (16 KB of partials per thread
+    then share L1 with the streaming rows)."""
     if config.column_split == "chunks" or not can_split_rows(kernel):
         return False
     if config.column_split == "rows":
