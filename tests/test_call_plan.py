@@ -2,7 +2,6 @@
 memory slots carved out of one arena, results filed in the layouts the kernels expect."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 import loopnest as ln
 from conftest import assert_close
@@ -94,7 +93,6 @@ def test_a_model_with_linear_layers_matches_eager_through_torch_compile():
     with torch.no_grad():
         got = torch.compile(model, backend="loopnest", options={"backend": "cpp", "tune": "off"})(x)
         assert_close(got, model(x), "LN + MLP")
-        assert_close(F.gelu(model[1](model[0](x))) @ model[3].weight.T + model[3].bias, model(x), "reference")
 
 
 def test_empty_intermediates_are_views_of_an_empty_arena():
