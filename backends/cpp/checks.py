@@ -87,11 +87,18 @@ def is_int_division(e) -> bool:
     return isinstance(e, Apply) and e.op in INT_DIVISIONS and e.dtype.is_int and not e.dtype.is_bool
 
 
+def rows_may_split(kernel: Kernel) -> bool:
+    """Whether the kernel has the shape of a column reduction that can split its rows across
+    threads: one kept dimension, one phase, no reductions across rows (``split_rows`` adds the
+    bound on the partials' size). Such kernels allocate per-thread partials."""
+    return (bool(kernel.reductions) and kernel.num_phases == 1 and len(kernel.pdomain) == 1
+            and not kernel.across and bool(kernel.rdomain))
+
+
 def error_sites(kernel: Kernel, index_checks: bool) -> tuple[ErrorSite, ...]:
     """The kernel's distinct error sites in eager's order (site code = position + 1); index
     checks only when ``index_checks`` is on."""
-    scratch = kernel.across or (kernel.reductions and kernel.num_phases == 1 and len(kernel.pdomain) == 1)
-    sites: dict[ErrorSite, None] = {ACROSS_SCRATCH: None} if scratch else {}
+    sites: dict[ErrorSite, None] = {ACROSS_SCRATCH: None} if kernel.across or rows_may_split(kernel) else {}
     for root in kernel.expressions():
         for node in _operands_first(root):
             if is_int_division(node):

@@ -16,7 +16,8 @@ from __future__ import annotations
 from ...ir.index import as_var, product
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
-from .checks import ACROSS_SCRATCH
+from .across import close_partials, open_partials, thread_total
+from .checks import rows_may_split
 from .params import CppConfig
 
 PARTIALS_BYTES = 16 << 10  # one thread's partial states of every column, in L1 beside the rows
@@ -33,7 +34,7 @@ def column_state_bytes(kernel: Kernel) -> int:
 def can_split_rows(kernel: Kernel) -> bool:
     """Whether the rows of this column reduction can be split across threads: one kept (column)
     dimension of known size, one phase, and every column's partial states within PARTIALS_BYTES."""
-    if len(kernel.pdomain) != 1 or kernel.num_phases != 1 or kernel.across or not kernel.rdomain:
+    if not rows_may_split(kernel):
         return False
     columns = kernel.pdomain[0].as_int()
     return columns is not None and 0 < columns * column_state_bytes(kernel) <= PARTIALS_BYTES
@@ -66,15 +67,7 @@ def write_split_rows(w) -> None:
     accs = w.accumulators("[j]")
     mine, stores = w.phase_parts(0, accs)
     arrays = [(t, f"{a.var}{suffix}", f"{a.var}all{suffix}", init) for a in mine for t, suffix, init in a.parts()]
-    ready = " && ".join(every for _, _, every, _ in arrays) or "true"
-    code = w.sites.index(ACROSS_SCRATCH) + 1
-    w.out("  ", "int64_t nt_ = 1;", *(f"{t}* {every} = nullptr;" for t, _, every, _ in arrays))
-    w.out("  ", f"#pragma omp parallel{w.threads}", "{", "  #pragma omp single", "  {",
-          "    nt_ = omp_get_num_threads();")
-    for t, _, every, _ in arrays:
-        size = f"sizeof({t}) * nt_ * ({columns})"
-        w.out("    ", f"{every} = ({t}*)std::malloc({size});", f"if (!{every}) ln_fail(ln_err, {code}, {size}, 0);")
-    w.out("  ", "  }", f"  if ({ready}) {{")
+    open_partials(w, [(t, every) for t, _, every, _ in arrays], columns)
     indent = "    "
     rv = k.rvars()
     first, n0 = as_var(rv[0]).name, w.c(k.rdomain[0])
@@ -92,14 +85,9 @@ def write_split_rows(w) -> None:
     w.close_loops(len(rv) - 1, inner)
     w.out(indent, "}", "#pragma omp barrier", "#pragma omp for schedule(static)",
           f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
-    results = {}
-    for n, a in enumerate(mine):
-        total, every = Accumulator(a.r, f"tot{n}_"), Accumulator(a.r, f"{a.var}all", "[j]")
-        w.out(indent + "  ", *(f"{t} {total.var}{suffix} = {every.ref(suffix)};" for t, suffix, _ in a.parts()),
-              "for (int64_t t_ = 1; t_ < nt_; ++t_) {")
-        w.out(indent + "    ", *total.combine(every, f"[t_ * ({columns}) + j]"))
-        w.out(indent + "  ", "}", *total.finish())
-        results[a.r.name] = total
+    results = {a.r.name: thread_total(w, indent + "  ", a.r, f"tot{n}_", f"{a.var}all", "j", columns)
+               for n, a in enumerate(mine)}
     w.row_stores(indent + "  ", results)
     w.out(indent, "}")
-    w.out("  ", "  }", "}", *(f"std::free({every});" for _, _, every, _ in arrays))
+    close_partials(w)
+    w.out("  ", *(f"std::free({every});" for _, _, every, _ in arrays))
