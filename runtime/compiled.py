@@ -205,7 +205,8 @@ class CallPlan:
         self.views = []
         for b, slot in graph.planned:
             sizes = tuple(evaluate(s, env) for s in b.layout.sizes)
-            self.views.append((b.name, b.dtype.torch, sizes, _contiguous_strides(sizes), offsets[slot] // b.dtype.itemsize,
+            strides = tuple(evaluate(s, env) for s in b.layout.strides)  # contiguous: the plan holds no other
+            self.views.append((b.name, b.dtype.torch, sizes, strides, offsets[slot] // b.dtype.itemsize,
                                poison_value(b.dtype.torch)))
         self.arena_dtypes = list(dict.fromkeys(dtype for _, dtype, *_ in self.views))
         chosen = launchers or {}
@@ -356,14 +357,6 @@ class BoundExtern:
                 raise RuntimeError(f"extern {self.name} produced shape {tuple(t.shape)} for {name}, "
                                    f"expected {sizes}")
             buffers[name] = t if t.stride() == strides else restrided(t, strides)
-
-
-def _contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
