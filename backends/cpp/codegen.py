@@ -20,6 +20,7 @@ from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from .accumulators import Accumulator
 from .across import AcrossRows
+from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
@@ -465,6 +466,12 @@ class KernelWriter:
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
+        sums = BlockedSums(self.own(mine))
+        step = row_step(self.c, sizes) if sums else None
+        outer = indent
+        if step is not None:
+            self.out(indent, *sums.declare())
+            indent, lo, hi = open_blocks(self, indent, lo, hi, step)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
@@ -476,8 +483,11 @@ class KernelWriter:
         if self.streaming and not mine and not deferred and len(rv) == 1:
             floats = {mangle(BUFFER, b) for b in self.k.outputs if self.k.buffers[b].dtype == dt.float32}
             self.lines[pragma_at:] = streamed_pass(self.lines[pragma_at:], indent, floats) or self.lines[pragma_at:]
+        if step is not None:
+            self.out(indent, *sums.fold())
+            self.out(outer, "}", *sums.finish())
         for a in self.own(mine):
-            self.out(indent, *a.finish())
+            self.out(outer, *a.finish())
         return {a.r.name: a for a in self.own(mine)}
 
     def lane_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
@@ -528,12 +538,24 @@ class KernelWriter:
             for a in mine:
                 self.out(indent, *a.declare(str(width)))
             rv = self.k.rvars()
-            inner = self.open_loops(rv, self.k.rdomain, indent)
+            sums = BlockedSums(mine, str(width), "w_")
+            step = column_step(self.c, self.k.rdomain) if sums else None
+            if step is None:
+                inner = self.open_loops(rv, self.k.rdomain, indent)
+            else:
+                self.out(indent, *sums.declare())
+                blocks, lo, hi = open_blocks(self, indent, "0", self.c(self.k.rdomain[0]), step)
+                r0 = as_var(rv[0]).name
+                self.out(blocks, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+                inner = self.open_loops(rv[1:], self.k.rdomain[1:], blocks + "  ")
             self.out(inner, "#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {",
                      f"  const int64_t {last} = pc_ + j;")
             self.body(inner + "  ", accs, mine, stores, self.flat_r(), count=f"{self.flat_r()} + 1")
             self.out(inner, "}")
             self.close_loops(len(rv), inner)
+            if step is not None:
+                self.out(blocks, *sums.fold())
+                self.out(indent, "}", *sums.finish())
             finish = [x for a in mine for x in a.finish()]
             if finish:
                 self.out(indent, "for (int64_t j = 0; j < w_; ++j) {", *["  " + x for x in finish], "}")

@@ -17,6 +17,7 @@ from ...ir.index import as_var, product
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .across import close_partials, open_partials, thread_total
+from .blocked_sums import BlockedSums, column_step, open_blocks
 from .checks import rows_may_split
 from .params import CppConfig
 
@@ -76,14 +77,24 @@ def write_split_rows(w) -> None:
     for t, name, every, init in arrays:
         w.out(indent, f"{t}* __restrict__ {name} = {every} + tid_ * ({columns});", "#pragma omp simd",
               f"for (int64_t j = 0; j < ({columns}); ++j) {name}[j] = {init};")
-    w.out(indent, f"for (int64_t {first} = lo_; {first} < hi_; ++{first}) {{")
-    inner = w.open_loops(rv[1:], k.rdomain[1:], indent + "  ")
+    sums = BlockedSums(mine, f"({columns})")
+    step = column_step(w.c, k.rdomain) if sums else None
+    rows, lo, hi = indent, "lo_", "hi_"
+    if step is not None:
+        w.out(indent, *sums.declare())
+        rows, lo, hi = open_blocks(w, indent, lo, hi, step)
+    w.out(rows, f"for (int64_t {first} = {lo}; {first} < {hi}; ++{first}) {{")
+    inner = w.open_loops(rv[1:], k.rdomain[1:], rows + "  ")
     w.out(inner, "#pragma omp simd", f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
     count = f"{w.flat_r()} - lo_ * ({w.c(product(k.rdomain[1:]))}) + 1"  # elements this thread's states hold
     w.body(inner + "  ", accs, mine, stores, w.flat_r(), count=count)
     w.out(inner, "}")
     w.close_loops(len(rv) - 1, inner)
-    w.out(indent, "}", "#pragma omp barrier", "#pragma omp for schedule(static)",
+    w.out(rows, "}")
+    if step is not None:
+        w.out(rows, *sums.fold())
+        w.out(indent, "}", *sums.finish())
+    w.out(indent, "#pragma omp barrier", "#pragma omp for schedule(static)",
           f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
     results = {a.r.name: thread_total(w, indent + "  ", a.r, f"tot{n}_", f"{a.var}all", "j", columns)
                for n, a in enumerate(mine)}
