@@ -14,7 +14,7 @@ from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
-from . import pymodule
+from . import pch, pymodule
 from .ops import has_libmvec
 
 log = logging.getLogger("loopnest")
@@ -85,11 +85,13 @@ def build(source: str, timeout: float | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        try:
-            proc = subprocess.run([cxx, *flags(), str(src_path), "-o", tmp], capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
+        prelude = pch.include_flags(cxx, flags())
+        proc = _compile(cxx, prelude, src_path, tmp, timeout)
+        if proc.returncode != 0 and prelude:
+            log.warning("loopnest: %s failed with the precompiled header %s; building without it",
+                        cxx, prelude[-1])
+            pch.give_up(cxx, flags())
+            proc = _compile(cxx, [], src_path, tmp, timeout)
         if proc.returncode != 0:
             raise CompileError(f"{cxx} failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
         atomic_write(_digest_path(path), hashlib.sha256(Path(tmp).read_bytes()).hexdigest() + "\n")
@@ -99,6 +101,14 @@ def build(source: str, timeout: float | None = None) -> Path:
             os.unlink(tmp)
     counters["kernels_compiled"] += 1
     return path
+
+
+def _compile(cxx: str, prelude: list[str], src_path: Path, out: str, timeout: float | None):
+    try:
+        return subprocess.run([cxx, *flags(), *prelude, str(src_path), "-o", out], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
 
 
 def _check(path: Path) -> None:
