@@ -87,7 +87,7 @@ def build(source: str, timeout: float | None = None) -> Path:
     try:
         prelude = pch.include_flags(cxx, flags())
         proc = _compile(cxx, prelude, src_path, tmp, timeout)
-        pch.wait()  # a header build this started ran beside it; none outlives the call
+        pch.wait(timeout)  # a header build this started ran beside it; none outlives the call
         if proc.returncode != 0 and prelude:
             log.warning("loopnest: %s failed with the precompiled header %s; building without it",
                         cxx, prelude[-1])

@@ -129,10 +129,11 @@ def prebuild(cxx: str, flags: tuple[str, ...]) -> float:
     return time.perf_counter() - start
 
 
-def wait() -> None:
-    """Wait for the precompiled headers being built in this process."""
+def wait(timeout: float | None = None) -> None:
+    """Wait for the precompiled headers being built in this process (each at most ``timeout``
+    seconds; one still building then goes on in the background)."""
     for thread in list(_builds.values()):
-        thread.join()
+        thread.join(timeout)
 
 
 def give_up(cxx: str, flags: tuple[str, ...]) -> None:
