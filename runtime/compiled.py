@@ -360,9 +360,9 @@ class BoundExtern:
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
-    """``t`` itself when its strides are ``strides`` (ignoring dimensions of size 1), else a copy
-    laid out with them."""
-    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, t.shape)):
+    """``t`` itself when its strides are ``strides`` (ignoring dimensions of size 1) or it has no
+    elements (ATen gives those strides of 0), else a copy laid out with them."""
+    if all(n <= 1 or a == b for a, b, n in zip(t.stride(), strides, t.shape)) or t.numel() == 0:
         return t
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)

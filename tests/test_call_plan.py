@@ -6,7 +6,7 @@ import torch
 import loopnest as ln
 from conftest import assert_close
 from loopnest.dsl.tensor import extern
-from loopnest.runtime.compiled import BoundExtern
+from loopnest.runtime.compiled import BoundExtern, restrided
 
 
 def _plan(fn, *args):
@@ -102,3 +102,13 @@ def test_empty_intermediates_are_views_of_an_empty_arena():
     X = torch.randn(3, 0, 4)
     assert_close(fn(X), -X.exp() * 2, "empty")
     assert _plan(fn, X).arena == 0
+
+
+def test_an_empty_extern_result_is_kept_whatever_its_strides():
+    """ATen gives tensors without elements strides of 0 (attention's unused logsumexp): copying
+    one into the planned layout would cost an allocation and a copy per call, for no data."""
+    empty = torch.empty(2, 4, 0)
+    assert restrided(empty, (4, 1, 1)) is empty
+    full = torch.randn(4, 3).t()
+    copy = restrided(full, (4, 1))
+    assert copy.stride() == (4, 1) and torch.equal(copy, full)

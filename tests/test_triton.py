@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from loopnest.backends import registry
 from loopnest.backends.triton import settings as triton_settings
 from loopnest.backends.triton.compile import compile_ahead, load_module
 from loopnest.backends.triton.indexing import transposed_split
-from loopnest.backends.triton.launch import static_kernel, static_launcher_class
+from loopnest.backends.triton.launch import StaticLaunch, static_kernel, static_launcher_class
 from loopnest.backends.triton.heuristics import H200_SMS
 from loopnest.backends.triton.params import SPLIT_STRATEGIES, Strategy, TritonConfig, next_pow2
 from loopnest.core import settings
@@ -398,6 +399,15 @@ def _check_static_launch_arguments(compiled) -> None:
     names = compiled.src.fn.arg_names
     assert [names[i] for i in keep] == [n for n in names if compiled.src.signature[n] != "constexpr"]
     assert len(keep) == len(static.arg_tys) and "O" in static.arg_tys
+    # the bound launch makes the very C call the wrapper's own run makes
+    calls = []
+    static.C_impl = types.SimpleNamespace(_launch_kernel=lambda *a: calls.append(a))
+    static.function = 1234  # as if loaded
+    args = [f"arg{i}" for i in range(len(names))]
+    static.run(3, 1, 1, 77, *[args[i] for i in keep])
+    bound = StaticLaunch(static, keep)
+    bound(3, 77, args)
+    assert bound.direct is not None and calls[0] == calls[1]
 
 
 def test_gpu_source_compiles_for_sm90():
