@@ -9,21 +9,13 @@ from typing import Any, Mapping, Protocol, Sequence
 import torch
 
 from ..backends.base import Artifact, Backend, Launcher
+from ..backends.tensor_helpers import allocator as _allocator, reinterpret_tensor as _reinterpret_tensor
 from ..core import settings
 from ..core.trees import map_leaves
 from ..ir.index import Index, bare_symbol, evaluate
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
-
-
-try:  # PyTorch's C helpers for Inductor's generated code: no trip through the dispatcher
-    from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda, _reinterpret_tensor
-except ImportError:  # pragma: no cover - older or other builds of torch
-    _empty_strided_cpu = _empty_strided_cuda = None
-
-    def _reinterpret_tensor(t: torch.Tensor, sizes, strides, offset: int) -> torch.Tensor:
-        return t.as_strided(sizes, strides, t.storage_offset() + offset)
 
 
 class InputError(TypeError):
@@ -238,14 +230,6 @@ class CallPlan:
             run(buffers)
         return tuple(buffers[name] if spec is None else _as_view(buffers[name], spec)
                      for name, spec in self.outputs)
-
-
-def _allocator(device: str):
-    """``empty(sizes, strides, dtype)`` on ``device`` ("cuda": the current CUDA device)."""
-    fast = {"cpu": _empty_strided_cpu, "cuda": _empty_strided_cuda}.get(device)
-    if fast is not None:
-        return fast
-    return lambda sizes, strides, dtype: torch.empty_strided(sizes, strides, dtype=dtype, device=device)
 
 
 def _bind(launch, env: dict[str, int]):

@@ -20,6 +20,7 @@ from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
 from ...ir.index import evaluate
+from ..tensor_helpers import allocator
 from .codegen import INDEX32_LIMIT, Program
 from .launch import direct_launch
 
@@ -124,8 +125,7 @@ class BoundLaunch:
         self.name = program.name
         self.device_buffer = launcher.device_buffer
         index64 = launcher._index64(syms)
-        self.workspaces = [(w.name, w.dtype, evaluate(w.numel, syms), torch.zeros if w.zeroed else torch.empty)
-                           for w in program.workspaces]
+        self.workspaces = [(w.name, w.dtype, evaluate(w.numel, syms), w.zeroed) for w in program.workspaces]
         self.steps = []
         for launch in program.launches:
             programs = evaluate(launch.grid, syms)
@@ -143,20 +143,27 @@ class BoundLaunch:
 
     def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
         t = buffers[self.device_buffer]
-        workspaces = ({name: new(numel, dtype=dtype, device=t.device) for name, dtype, numel, new in self.workspaces}
-                      if self.workspaces else _NO_WORKSPACES)
         if not self.native:  # Triton's interpreter
+            workspaces = {name: (torch.zeros if zeroed else torch.empty)(numel, dtype=dtype, device=t.device)
+                          for name, dtype, numel, zeroed in self.workspaces}
             for step in self.steps:
                 step.launch_jit(step.arguments(buffers, workspaces))
             return
         device = t.get_device()
         if device != _current_device():
             with torch.cuda.device(device):
-                self._launch_cuda(buffers, workspaces, device)
+                self._launch_cuda(buffers, device)
         else:
-            self._launch_cuda(buffers, workspaces, device)
+            self._launch_cuda(buffers, device)
 
-    def _launch_cuda(self, buffers: dict, workspaces: dict, device: int) -> None:
+    def _launch_cuda(self, buffers: dict, device: int) -> None:
+        workspaces = _NO_WORKSPACES
+        if self.workspaces:  # on the current device, through the allocator Inductor's code calls
+            workspaces = {}
+            for name, dtype, numel, zeroed in self.workspaces:
+                w = workspaces[name] = _empty_cuda((numel,), (1,), dtype)
+                if zeroed:
+                    w.zero_()
         stream = _current_stream(device)
         hooked = _launch_hooks_active()
         for step in self.steps:
@@ -232,6 +239,8 @@ class _Step:
 
 
 _NO_WORKSPACES: dict = {}
+
+_empty_cuda = allocator("cuda")  # on the current CUDA device
 
 
 # the current CUDA device; straight from C once CUDA is initialized (a tensor of the call lives there)
