@@ -74,3 +74,15 @@ def test_blocked_sums_keep_nan_and_infinity():
 ])
 def test_what_fits_one_block_or_is_exact_is_not_blocked(shape, reduce):
     assert not FOLD.search(generate(kernel_of(shape, reduce), CppConfig()))
+
+
+@pytest.mark.parametrize("shape, names, axis", [
+    ((2, 1000, 1031), ("N", "M", "K"), (1, 2)),  # blocks of the outer reduced dim sized at run time
+    ((300_001, 7), ("N", "M"), 0),               # a column reduction over a symbolic number of rows
+])
+def test_symbolic_sizes_fold_blocks_sized_at_run_time(shape, names, axis):
+    x = ln.placeholder("x", names, ln.float32)
+    compiled = ln.compile(ln.sum(x, axis), name="blocked_sum")
+    a = positive(shape)
+    want = a.double().sum(axis)
+    assert relative_error(compiled(a), want) <= max(3e-7, 2 * relative_error(a.sum(axis), want))
