@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+import torch
+
 from ..backends import registry
 from ..backends.base import Backend
 from ..pipeline import Tuner
@@ -30,5 +32,16 @@ class CompileOptions:
             raise TypeError(f"loopnest: cudagraphs must be True or False, got {self.cudagraphs!r}")
 
     def backend_for(self, example_inputs: Iterable) -> Backend:
-        """The backend to use: the explicit one, else by the device of the example inputs."""
-        return self.backend if self.backend is not None else registry.for_inputs(example_inputs)
+        """The backend to use: the explicit one, else by the device of the example inputs. An
+        explicit backend whose device holds none of the input tensors (0-dim ones such as CPU
+        scalars and seeds aside) is an error: the graph would run there and hand its results back
+        on that device, not on the inputs'."""
+        inputs = list(example_inputs)
+        if self.backend is None:
+            return registry.for_inputs(inputs)
+        devices = sorted({x.device.type for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0})
+        if devices and self.backend.device not in devices:
+            raise ValueError(f"loopnest: backend {self.backend.name!r} runs kernels on {self.backend.device}, but "
+                             f"the inputs are on {', '.join(devices)}: move them to {self.backend.device}, or "
+                             f"leave the backend out to follow the inputs' device")
+        return self.backend

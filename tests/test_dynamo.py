@@ -428,3 +428,11 @@ def test_tune_db_serves_winners_swept_through_torch_compile():
     torch.testing.assert_close(served(x), fn(x))
     assert ln.counters["benchmarks_run"] == 0
     assert ln.counters["graphs_compiled"] == 1
+
+
+def test_a_backend_given_tensors_of_another_device_says_so():
+    """An explicit backend runs kernels on its own device: inputs that are all elsewhere would get
+    their results back on that device, so the compile refuses them and names both devices."""
+    fn = torch.compile(lambda x: x + 1, backend="loopnest", options={"backend": "cpp", "tune": "off"})
+    with pytest.raises(Exception, match="backend 'cpp' runs kernels on cpu, but the inputs are on meta"):
+        fn(torch.randn(3, device="meta"))
