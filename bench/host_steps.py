@@ -14,7 +14,7 @@ import time
 import torch
 
 import loopnest.runtime.compiled as rc
-from model_zoo import MODELS, instantiate
+from model_zoo import each_on_cuda
 
 torch._dynamo.config.recompile_limit = 64
 
@@ -67,12 +67,7 @@ def plan_buffers(plan, args) -> dict:
 
 
 def main(names: list[str]) -> None:
-    unknown = sorted(set(names) - set(MODELS))
-    if unknown or not names:
-        raise SystemExit(f"name models from {sorted(MODELS)}")
-    for name in names:
-        model, args = instantiate(name, "cuda")
-        torch._dynamo.reset()
+    for name, model, args in each_on_cuda(names):
         with torch.no_grad():
             ours = torch.compile(model, backend="loopnest", options={"backend": "triton", "tune": "off"})
             inductor = torch.compile(model)

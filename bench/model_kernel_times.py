@@ -13,7 +13,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from model_zoo import MODELS, instantiate
+from model_zoo import each_on_cuda
 
 torch._dynamo.config.recompile_limit = 64
 CALLS = 20
@@ -34,12 +34,7 @@ def kernel_times(fn, args) -> list[tuple[str, float, int]]:
 
 
 def main(names: list[str]) -> None:
-    unknown = sorted(set(names) - set(MODELS))
-    if unknown or not names:
-        raise SystemExit(f"name models from {sorted(MODELS)}")
-    for name in names:
-        model, args = instantiate(name, "cuda")
-        torch._dynamo.reset()
+    for name, model, args in each_on_cuda(names):
         with torch.no_grad():
             columns = {"eager": model, "inductor": torch.compile(model),
                        "loopnest": torch.compile(model, backend="loopnest", options={"tune": "off"})}

@@ -225,3 +225,15 @@ def instantiate(name: str, device: str, dtype: torch.dtype = torch.float32, seed
     gen = torch.Generator().manual_seed(seed)
     inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in spec.inputs(gen, device))
     return model, inputs
+
+
+def each_on_cuda(names: list[str]):
+    """(name, model, example inputs) on CUDA for each of ``names`` (at least one, all known, else
+    the script exits naming the choices), Dynamo's caches reset before each."""
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown or not names:
+        raise SystemExit(f"name models from {sorted(MODELS)}")
+    for name in names:
+        model, args = instantiate(name, "cuda")
+        torch._dynamo.reset()
+        yield name, model, args

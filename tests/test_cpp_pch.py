@@ -1,5 +1,5 @@
-"""The precompiled header of the C++ backend (``pch.py``): built in the background once a process
-builds a second library, then used by every build; a damaged one is never used but built again;
+"""The precompiled header of the C++ backend (``pch.py``): built beside the second library a
+process builds, then used by every build; a damaged one is never used but built again;
 a build that fails with it is retried without it."""
 import ctypes
 import uuid
@@ -19,8 +19,8 @@ def fresh_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def library(value: int) -> str:
-    """A source using what the header holds (<algorithm>, OpenMP)."""
+def library(value: int) -> tuple[str, str]:
+    """A source using what the header holds (<algorithm>, OpenMP), and the tag in its symbol."""
     tag = uuid.uuid4().hex
     return (f'#include <algorithm>\n#include <omp.h>\nextern "C" int answer_{tag}() {{ '
             f'return std::max({value}, omp_get_max_threads() * 0); }}\n'), tag
