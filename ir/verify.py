@@ -64,8 +64,8 @@ def _verify_reduction(graph: Graph, node: Reduction, out_bufs) -> None:
         raise _fail(graph, node, f"{node.op.value} must write int64, not {out_bufs[0].dtype.name}")
     if node.op in (ReduceOp.ANY, ReduceOp.ALL) and node.body.dtype != bool_:
         raise _fail(graph, node, f"{node.op.value} reduces bool values, got {node.body.dtype.name}")
-    if node.op is ReduceOp.WELFORD and not node.body.dtype.is_float:
-        raise _fail(graph, node, f"welford needs a floating-point body, got {node.body.dtype.name}")
+    if node.op in (ReduceOp.WELFORD, ReduceOp.EXP_SUM) and not node.body.dtype.is_float:
+        raise _fail(graph, node, f"{node.op.value} needs a floating-point body, got {node.body.dtype.name}")
 
 
 def _verify_expr(graph: Graph, node: Node, e: Expr, allowed: set, written: set[str]) -> None:

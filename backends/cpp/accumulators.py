@@ -102,6 +102,8 @@ class Accumulator:
             cmp = ">" if joint is Combine.ARGMAX else "<"
             nan = f" || (({value}) != ({value}) && {val} == {val})" if self.is_float else ""
             return [f"if ({idx} < 0 || ({value}) {cmp} {val}{nan}) {{ {val} = {value}; {idx} = {position}; }}"]
+        if joint is Combine.EXP_SUM:
+            return self._fold_exp_sum(value, "(" + t + ")1", f"(({value}) != ({value}))")
         mean, m2, n = self.ref("_mean"), self.ref("_m2"), self.ref("_n")
         step = f"d_ / {n}" if count is None else f"d_ * (({t})1 / ({t})({count}))"
         return [f"{{ {t} x_ = {value}; {n} += 1; {t} d_ = x_ - {mean}; {mean} += {step}; "
@@ -117,11 +119,21 @@ class Accumulator:
             return [_COMBINE[c.combine][1].format(a=self.ref(c.suffix), x=o(c.suffix)) for c in self.state()]
         if joint in (Combine.ARGMAX, Combine.ARGMIN):
             return self._combine_arg(o("_val"), o("_idx"))
+        if joint is Combine.EXP_SUM:
+            return self._fold_exp_sum(o("_max"), o("_sum"), o("_nan"))
         t = self.ty
         mean, m2, n = self.ref("_mean"), self.ref("_m2"), self.ref("_n")
         return [f"if ({o('_n')} > 0) {{ {t} n_ = {n} + {o('_n')}; {t} d_ = {o('_mean')} - {mean}; "
                 f"{mean} += d_ * {o('_n')} / n_; {m2} += {o('_m2')} + d_ * d_ * {n} * {o('_n')} / n_; "
                 f"{n} = n_; }}"]
+
+    def _fold_exp_sum(self, omax: str, osum: str, onan: str) -> list[str]:
+        """Merge the (max, sum) pair ``omax``/``osum`` in: one exp, of the smaller max less the larger
+        (exactly 1 when they are equal)."""
+        t, m, s = self.ty, self.ref("_max"), self.ref("_sum")
+        return [f"{{ {t} x_ = {omax}; {t} y_ = {osum}; bool up_ = x_ > {m}; {t} hi_ = up_ ? x_ : {m}; "
+                f"{t} lo_ = up_ ? {m} : x_; {t} e_ = lo_ == hi_ ? ({t})1 : std::exp(lo_ - hi_); "
+                f"{s} = up_ ? {s} * e_ + y_ : {s} + y_ * e_; {m} = hi_; {self.ref('_nan')} |= {onan}; }}"]
 
     def _combine_arg(self, oval: str, oidx: str) -> list[str]:
         val, idx = self.ref("_val"), self.ref("_idx")

@@ -33,6 +33,7 @@ import torch
 from ...ir import dtypes as dt
 from ...ir.index import Index, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, signature
+from ...scheduler.online_softmax import online_softmax
 from .emit import KernelContext, TritonEmitter, identifier, mask_arg
 from .indexing import Axis, flatten_vars, transposed_split
 from .mathlib import helpers_for
@@ -132,7 +133,20 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
         raise ValueError(f"kernel {kernel.name}: the Triton backend runs reductions across rows "
                          f"({', '.join(r.name for r in kernel.across)}) only for rows of a known length")
     check_config(kernel, config)
+    if rereads_rows(kernel, config):
+        kernel = online_softmax(kernel)
     return _Generator(kernel, config, settings).program()
+
+
+def rereads_rows(kernel: Kernel, config: TritonConfig) -> bool:
+    """Whether each phase of ``kernel`` reads its row from memory again under ``config`` (looped
+    and split strategies), rather than from the registers of one block (persistent rows, and
+    split_sync slices of one block)."""
+    if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
+        return False
+    rnumel = product(kernel.rdomain).as_int()
+    return not (config.strategy is Strategy.SPLIT_SYNC and rnumel is not None
+                and rnumel <= config.SPLIT * config.RBLOCK)
 
 
 class _Generator:

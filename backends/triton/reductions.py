@@ -144,6 +144,8 @@ class TritonAccumulator:
                     f"{acc['_mean']} = {acc['_mean']} + {t}_d * {t}_w",
                     f"{acc['_m2']} = {acc['_m2']} + {new['_m2']} + {t}_d * {t}_d * {acc['_n']} * {t}_w",
                     f"{acc['_n']} = {t}_n"]
+        if joint is Combine.EXP_SUM:
+            return self._merge_exp_sum(acc, new)
         if joint is not None:
             better = self._better(new["_val"], acc["_val"], new["_idx"], acc["_idx"])
             t = self.var + "_better"
@@ -152,6 +154,15 @@ class TritonAccumulator:
                     f"{acc['_idx']} = tl.where({t}, {new['_idx']}, {acc['_idx']})"]
         return [f"{acc[c.suffix]} = " + _COMBINE_LANES[c.spec.combine].format(a=acc[c.suffix], b=new[c.suffix])
                 for c in self.components()]
+
+    def _merge_exp_sum(self, acc: dict[str, str], new: dict[str, str]) -> list[str]:
+        """One exp per lane: the smaller max's sum is scaled by exp(lo - hi), exactly 1 when equal."""
+        t, m, s = self.var + "_t", acc["_max"], acc["_sum"]
+        return [f"{t}_up = {new['_max']} > {m}",
+                f"{t}_e = tl.where({new['_max']} == {m}, 1.0, tl.exp(-tl.abs({new['_max']} - {m})))",
+                f"{s} = tl.where({t}_up, {s} * {t}_e + {new['_sum']}, {s} + {new['_sum']} * {t}_e)",
+                f"{m} = tl.where({t}_up, {new['_max']}, {m})",
+                f"{acc['_nan']} = tl.maximum({acc['_nan']}, {new['_nan']})"]
 
     def _better(self, v: str, a: str, vi: str, ai: str) -> str:
         cmp = ">" if self.spec.joint is Combine.ARGMAX else "<"
@@ -174,6 +185,11 @@ class TritonAccumulator:
                     f"{dst['_mean']} = {reduce_rows('sum', f'{mean} * {n}')} / tl.maximum({dst['_n']}, 1.0)",
                     f"{dev} = {mean} - {dst['_mean']}",
                     f"{dst['_m2']} = {reduce_rows('sum', f'{m2} + {n} * {dev} * {dev}')}"]
+        if joint is Combine.EXP_SUM:
+            m, s, top = src["_max"], src["_sum"], dst["_max"]
+            scaled = f"tl.where({m} == {top}, {s}, {s} * tl.exp({m} - {top}))"
+            return [f"{top} = {reduce_rows('max', m)}", f"{dst['_sum']} = {reduce_rows('sum', scaled)}",
+                    f"{dst['_nan']} = {reduce_rows('max', src['_nan'])}"]
         if joint is not None:
             return self._reduce_arg(src, dst)
         return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix])}"

@@ -1,0 +1,118 @@
+"""Softmax statistics in one pass: a row's max and a later sum of ``exp(x - max)`` as one reduction.
+
+Softmax, log_softmax, logsumexp and cross-entropy reduce each row twice: ``m = max(g)``, then
+``s = sum(exp(g - h(m)))`` (``h(m)`` is ``m``, or ``m`` with infinities replaced, as in
+logsumexp), a pass that must wait for the first. A kernel that cannot keep its row on chip reads
+it once per pass. ``EXP_SUM`` (``ir/reductions.py``) carries ``(m, sum of exp(g - m))`` as one
+state, rescaling the sum whenever the max grows, so both come from one pass (Milakov and
+Gimelshein, "Online normalizer calculation for softmax", 2018). The sum the kernel read is then
+
+    s = S * exp(M - h(M))
+
+which is ``S`` where ``h`` is the identity and ``M`` is finite, and gives eager's value at the
+edges too: NaN when ``M`` is infinite and ``h(M) = M`` (eager: ``exp(inf - inf)``), the
+logsumexp of a row of ``-inf`` when ``h`` maps infinities to 0. Later levels and phases move
+down when all they waited for is now ready a pass earlier.
+
+Rewriting costs an exp per element in each merge of lanes, so backends apply it where the row
+is read from memory once per pass (looped and split strategies), not where it sits in registers.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import dtypes as dt
+from ..ir.expr import AccRef, Apply, Const, Expr, Load, rewrite, walk
+from ..ir.nodes import KReduction, KStore
+from ..ir.ops import Op, ReduceOp
+from .kernel import Kernel
+
+
+def online_softmax(kernel: Kernel) -> Kernel:
+    """``kernel`` with each max followed by a sum of ``exp(body - h(max))`` over the same rows
+    fused into one ``EXP_SUM`` reduction; ``kernel`` itself when it has no such pair."""
+    while (pair := _find_pair(kernel)) is not None:
+        kernel = _fuse(kernel, *pair)
+    return kernel
+
+
+def _find_pair(kernel: Kernel) -> tuple[KReduction, KReduction, Expr] | None:
+    """A (max, sum, h(max)) triple to fuse, or None."""
+    maxes = {r.name: r for r in kernel.reductions
+             if r.op is ReduceOp.MAX and not r.across and r.dtype.is_float}
+    for r in kernel.reductions:
+        if r.op is not ReduceOp.SUM or r.across or not isinstance(r.body, Apply) or r.body.op is not Op.EXP:
+            continue
+        diff = r.body.args[0]
+        if not (isinstance(diff, Apply) and diff.op is Op.SUB):
+            continue
+        g, shift = diff.args
+        refs = {n.name for n in walk(shift) if isinstance(n, AccRef)}
+        if len(refs) != 1 or (m := maxes.get(next(iter(refs)))) is None or m.body is not g:
+            continue
+        if m.level + 1 == r.level and _only_of(shift, m.name) and r.dtype == g.dtype in (dt.float32, dt.float64):
+            return m, r, shift
+    return None
+
+
+def _only_of(e: Expr, name: str) -> bool:
+    """Whether ``e`` is a function of the row's accumulator ``name`` alone (no loads or indices)."""
+    return all(isinstance(n, (Apply, Const)) or (isinstance(n, AccRef) and n.name == name and n.output == 0)
+               for n in walk(e))
+
+
+def _fuse(kernel: Kernel, m: KReduction, s: KReduction, shift: Expr) -> Kernel:
+    fused = KReduction(f"{m.name}__online", ReduceOp.EXP_SUM, m.body, m.dtype, m.level)
+    top = AccRef(fused.name, 0, m.body.dtype)
+    total = AccRef(fused.name, 1, s.dtype)
+    max_ref = AccRef(m.name, 0, m.body.dtype)
+
+    def at_top(node: Expr, _) -> Expr | None:
+        return top if node is max_ref else None
+
+    scaled_shift = rewrite(shift, at_top)
+    scale = Apply(Op.EXP, (Apply(Op.SUB, (top, scaled_shift), top.dtype),), top.dtype)
+    sum_value = Apply(Op.MUL, (total, scale), s.dtype)
+
+    def reread(node: Expr, _) -> Expr | None:
+        if isinstance(node, AccRef) and node.name == m.name:
+            return top if node.dtype == top.dtype else Apply(Op.CAST, (top,), node.dtype)
+        if isinstance(node, AccRef) and node.name == s.name:
+            return sum_value if node.dtype == s.dtype else Apply(Op.CAST, (sum_value,), node.dtype)
+        return None
+
+    memo: dict = {}
+    reductions = [fused if r is m else replace(r, body=rewrite(r.body, reread, memo))
+                  for r in kernel.reductions if r is not s]
+    stores = [replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.elem_stores]
+    kernel = replace(kernel, reductions=reductions, elem_stores=stores,
+                     row_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.row_stores],
+                     col_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.col_stores])
+    return _relevel(kernel)
+
+
+def _relevel(kernel: Kernel) -> Kernel:
+    """Each reduction and element store at the first phase where what it reads is final: after
+    the accumulators it reads, and after the phase that stored any value it loads back."""
+    levels: dict[str, int] = {}
+    stored = {st.buffer: st for st in kernel.elem_stores}
+    phases: dict[str, int] = {}
+
+    def first_phase(e: Expr) -> int:
+        after = [levels[n.name] + 1 for n in walk(e) if isinstance(n, AccRef)]
+        after += [phase_of(stored[n.buffer]) + 1 for n in walk(e) if isinstance(n, Load) and n.buffer in stored]
+        return max(after, default=0)
+
+    def phase_of(st: KStore) -> int:
+        if st.buffer not in phases:
+            phases[st.buffer] = min(st.phase, first_phase(st.value))
+        return phases[st.buffer]
+
+    reductions = []
+    for r in sorted(kernel.reductions, key=lambda r: r.level):
+        levels[r.name] = min(r.level, first_phase(r.body))
+        reductions.append(replace(r, level=levels[r.name]))
+    order = {r.name: k for k, r in enumerate(kernel.reductions)}
+    reductions.sort(key=lambda r: order[r.name])
+    stores = [replace(st, phase=phase_of(st)) for st in kernel.elem_stores]
+    return replace(kernel, reductions=reductions, elem_stores=stores)
