@@ -199,10 +199,10 @@ def reduce_values(op: ReduceOp, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return mean.squeeze(-1), ((x - mean) ** 2).sum(-1)
     if spec.joint is Combine.EXP_SUM:
         x = v.to(torch.float64)
-        m = x.amax(-1, keepdim=True)
-        terms = torch.where(x == m, torch.ones_like(x), torch.exp(x - m))
-        nan = torch.isnan(x).any(-1)
-        return tuple(torch.where(nan, float("nan"), x) for x in (m.squeeze(-1), terms.sum(-1)))
+        m = x.amax(-1)
+        shift = torch.where(torch.isinf(m), 0.0, m)
+        s = torch.exp(x - shift[..., None]).sum(-1)
+        return torch.where(torch.isnan(s), float("nan"), m), s
     if spec.joint is not None:  # argmax/argmin: the first extreme, or the first NaN
         v = v.to(torch.uint8) if v.dtype == torch.bool else v  # torch has no bool argmax
         best = v.argmax(-1) if spec.joint is Combine.ARGMAX else v.argmin(-1)

@@ -75,6 +75,7 @@ class Lift(Enum):
     POSITION = "the element's flat position along the reduced dims"
     ZERO = "0"
     ONE = "1"
+    SHIFTED_EXP = "exp(x - x*), x* = x if finite else 0: 1 for finite x, inf for +inf, 0 for -inf"
 
 
 class Combine(Enum):
@@ -90,9 +91,9 @@ class Combine(Enum):
     ARGMIN = "(val, idx) pairs: the smaller val wins, NaN beats every number, equal vals keep the smaller idx"
     WELFORD = ("(mean, m2, n) pairs (Chan et al.): n = na + nb, d = mean_b - mean_a, "
                "mean = mean_a + d * nb / n, m2 = m2_a + m2_b + d * d * na * nb / n")
-    EXP_SUM = ("(max, sum) pairs, the sum counted relative to the max (online softmax): m = max(ma, mb), "
-               "s = sa * exp(ma - m) + sb * exp(mb - m), where exp(ma - m) is exactly 1 when ma == m "
-               "(so -inf == -inf scales by 1, not by exp(NaN))")
+    EXP_SUM = ("(m, s) pairs, s relative to m* = m if finite, else 0 (online softmax): m = max(ma, mb), "
+               "s = sa * alpha(ma) + sb * alpha(mb), alpha(a) = exp(a* - m*) capped at the dtype's largest "
+               "finite value (a part of only -inf elements has s = 0 and must stay 0)")
 
 
 ELEMENTWISE = frozenset({Combine.ADD, Combine.MUL, Combine.MAX, Combine.MIN, Combine.OR, Combine.AND})
@@ -128,15 +129,9 @@ class Reduction:
 
     @property
     def joint(self) -> Combine | None:
-        """The combine merging the components together (all but flags, which combine alone);
-        None when each combines alone."""
+        """The combine merging all components together; None when each combines alone."""
         combine = self.components[0].combine
         return None if combine in ELEMENTWISE else combine
-
-    @property
-    def flags(self) -> tuple["Component", ...]:
-        """The NaN flags of a joint state: components merged alone, with OR, beside the joint ones."""
-        return tuple(c for c in self.components if c.lift is Lift.ISNAN) if self.joint else ()
 
     def state(self, elements: DType) -> tuple[Component, ...]:
         """The components of a reduction over ``elements``."""
@@ -180,8 +175,7 @@ def _arg(init: Init, combine: Combine) -> tuple[Component, ...]:
 
 
 _EXP_SUM = (Component("_max", Rule.VALUE, Init.LOWEST, Lift.VALUE, Combine.EXP_SUM),
-            Component("_sum", Rule.VALUE, Init.ZERO, Lift.ONE, Combine.EXP_SUM),
-            Component("_nan", Rule.FLAG, Init.ZERO, Lift.ISNAN, Combine.OR))
+            Component("_sum", Rule.VALUE, Init.ZERO, Lift.SHIFTED_EXP, Combine.EXP_SUM))
 
 _WELFORD = tuple(Component(s, Rule.WIDE, Init.ZERO, lift, Combine.WELFORD)
                  for s, lift in (("_mean", Lift.VALUE), ("_m2", Lift.ZERO), ("_n", Lift.ONE)))
@@ -201,8 +195,9 @@ REDUCTIONS: dict[ReduceOp, Reduction] = {
     ReduceOp.ALL: Reduction("whether every element is true", _one(Rule.FLAG, Init.ONE, Combine.AND), ("",)),
     ReduceOp.WELFORD: Reduction("(mean, m2) in one pass; var = m2 / (n - correction)", _WELFORD,
                                 ("_mean", "_m2")),
-    ReduceOp.EXP_SUM: Reduction("(m, s): the largest element m and the sum of exp(x - m), in one pass; "
-                                "an element equal to m counts 1 (also when m is +-inf); NaN if any is NaN. "
-                                "Made by scheduler/online_softmax.py from a max and a later sum of exp",
+    ReduceOp.EXP_SUM: Reduction("(m, s): the largest element m and s = sum of exp(x - m*), m* = m if m is "
+                                "finite, else 0 (PyTorch's logsumexp shift), in one pass (online softmax); "
+                                "a NaN element makes s NaN, and m reads NaN where s is NaN. Made by "
+                                "scheduler/online_softmax.py from a max and a later sum of exp",
                                 _EXP_SUM, ("_max", "_sum")),
 }

@@ -1,21 +1,22 @@
 """Softmax statistics in one pass: a row's max and a later sum of ``exp(x - max)`` as one reduction.
 
 Softmax, log_softmax, logsumexp and cross-entropy reduce each row twice: ``m = max(g)``, then
-``s = sum(exp(g - h(m)))`` (``h(m)`` is ``m``, or ``m`` with infinities replaced, as in
+``sum(exp(g - h(m)))`` (``h(m)`` is ``m``, or ``m`` with infinities replaced by 0, as in
 logsumexp), a pass that must wait for the first. A kernel that cannot keep its row on chip reads
-it once per pass. ``EXP_SUM`` (``ir/reductions.py``) carries ``(m, sum of exp(g - m))`` as one
-state, rescaling the sum whenever the max grows, so both come from one pass (Milakov and
-Gimelshein, "Online normalizer calculation for softmax", 2018). The sum the kernel read is then
+it once per pass. ``EXP_SUM`` (``ir/reductions.py``) carries ``(M, S)``, ``S = sum(exp(g - M*))``
+with ``M* = M`` where finite and 0 otherwise, rescaling ``S`` whenever the max grows, so both
+come from one pass (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018).
+The sum the kernel read is then
 
-    s = S * exp(M - h(M))
+    S * exp(M* - h(M))
 
-which is ``S`` where ``h`` is the identity and ``M`` is finite, and gives eager's value at the
-edges too: NaN when ``M`` is infinite and ``h(M) = M`` (eager: ``exp(inf - inf)``), the
-logsumexp of a row of ``-inf`` when ``h`` maps infinities to 0. Later levels and phases move
-down when all they waited for is now ready a pass earlier.
+exactly where ``M`` is finite, and eager's value at the edges: NaN for a row whose max is
+infinite when ``h(M) = M`` (eager computes ``exp(inf - inf)``), and logsumexp's ``S`` itself
+when ``h`` is the same shift. Later levels and phases move down when all they waited for is
+ready a pass earlier.
 
-Rewriting costs an exp per element in each merge of lanes, so backends apply it where the row
-is read from memory once per pass (looped and split strategies), not where it sits in registers.
+Backends apply it where the row is read from memory once per pass (looped and split strategies),
+not where it sits in registers: there the second pass is free, and the rescaling is not.
 """
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def _fuse(kernel: Kernel, m: KReduction, s: KReduction, shift: Expr) -> Kernel:
     def at_top(node: Expr, _) -> Expr | None:
         return top if node is max_ref else None
 
-    scaled_shift = rewrite(shift, at_top)
-    scale = Apply(Op.EXP, (Apply(Op.SUB, (top, scaled_shift), top.dtype),), top.dtype)
+    finite = Apply(Op.WHERE, (Apply(Op.ISINF, (top,), dt.bool_), Const(0.0, top.dtype), top), top.dtype)
+    scale = Apply(Op.EXP, (Apply(Op.SUB, (finite, rewrite(shift, at_top)), top.dtype),), top.dtype)
     sum_value = Apply(Op.MUL, (total, scale), s.dtype)
 
     def reread(node: Expr, _) -> Expr | None:

@@ -103,7 +103,7 @@ class Accumulator:
             nan = f" || (({value}) != ({value}) && {val} == {val})" if self.is_float else ""
             return [f"if ({idx} < 0 || ({value}) {cmp} {val}{nan}) {{ {val} = {value}; {idx} = {position}; }}"]
         if joint is Combine.EXP_SUM:
-            return self._fold_exp_sum(value, "(" + t + ")1", f"(({value}) != ({value}))")
+            return self._fold_exp_sum(value, f"std::exp(x_ - {self._shifted('hi_')})")
         mean, m2, n = self.ref("_mean"), self.ref("_m2"), self.ref("_n")
         step = f"d_ / {n}" if count is None else f"d_ * (({t})1 / ({t})({count}))"
         return [f"{{ {t} x_ = {value}; {n} += 1; {t} d_ = x_ - {mean}; {mean} += {step}; "
@@ -120,20 +120,30 @@ class Accumulator:
         if joint in (Combine.ARGMAX, Combine.ARGMIN):
             return self._combine_arg(o("_val"), o("_idx"))
         if joint is Combine.EXP_SUM:
-            return self._fold_exp_sum(o("_max"), o("_sum"), o("_nan"))
+            return self._fold_exp_sum(o("_max"), self._scaled(o("_sum"), "x_", "hi_"))
         t = self.ty
         mean, m2, n = self.ref("_mean"), self.ref("_m2"), self.ref("_n")
         return [f"if ({o('_n')} > 0) {{ {t} n_ = {n} + {o('_n')}; {t} d_ = {o('_mean')} - {mean}; "
                 f"{mean} += d_ * {o('_n')} / n_; {m2} += {o('_m2')} + d_ * d_ * {n} * {o('_n')} / n_; "
                 f"{n} = n_; }}"]
 
-    def _fold_exp_sum(self, omax: str, osum: str, onan: str) -> list[str]:
-        """Merge the (max, sum) pair ``omax``/``osum`` in: one exp, of the smaller max less the larger
-        (exactly 1 when they are equal)."""
+    def _shifted(self, m: str) -> str:
+        """``m*``: ``m`` where finite, else 0 (the shift the sum of an EXP_SUM state is taken at)."""
+        return f"(std::isinf({m}) ? ({self.ty})0 : {m})"
+
+    def _scaled(self, s: str, m: str, top: str) -> str:
+        """The sum ``s`` taken at ``m*`` rescaled to ``top*``, the factor capped at the largest finite
+        value so that a sum of 0 (only -inf seen) stays 0."""
+        t = self.ty
+        return (f"{s} * std::min(std::exp({self._shifted(m)} - {self._shifted(top)}), "
+                f"std::numeric_limits<{t}>::max())")
+
+    def _fold_exp_sum(self, omax: str, osum: str) -> list[str]:
+        """Merge in the (max, sum) pair ``omax``/``osum`` (``osum`` may read ``x_``, the other max,
+        and ``hi_``, the larger of the two)."""
         t, m, s = self.ty, self.ref("_max"), self.ref("_sum")
-        return [f"{{ {t} x_ = {omax}; {t} y_ = {osum}; bool up_ = x_ > {m}; {t} hi_ = up_ ? x_ : {m}; "
-                f"{t} lo_ = up_ ? {m} : x_; {t} e_ = lo_ == hi_ ? ({t})1 : std::exp(lo_ - hi_); "
-                f"{s} = up_ ? {s} * e_ + y_ : {s} + y_ * e_; {m} = hi_; {self.ref('_nan')} |= {onan}; }}"]
+        return [f"{{ {t} x_ = {omax}; {t} hi_ = x_ > {m} ? x_ : {m}; "
+                f"{s} = {self._scaled(s, m, 'hi_')} + {osum}; {m} = hi_; }}"]
 
     def _combine_arg(self, oval: str, oidx: str) -> list[str]:
         val, idx = self.ref("_val"), self.ref("_idx")
@@ -147,7 +157,11 @@ class Accumulator:
                 f"{{ {val} = {oval}; {idx} = {oidx}; }}"]
 
     def finish(self) -> list[str]:
-        """Statements run once the state has seen every element: a set NaN flag makes outputs NaN."""
+        """Statements run once the state has seen every element: a set NaN flag makes outputs NaN
+        (an EXP_SUM's max reads NaN where its sum is)."""
+        if self.spec.joint is Combine.EXP_SUM:
+            m, s = self.ref("_max"), self.ref("_sum")
+            return [f"if ({s} != {s}) {m} = {s};"]
         flags = [c for c in self.state() if c.lift is Lift.ISNAN]
         return [f"if ({self.ref(f.suffix)}) {self.ref(s)} = std::numeric_limits<{self.ty}>::quiet_NaN();"
                 for f in flags for s in self.spec.outputs]

@@ -344,22 +344,21 @@ class _Generator:
             return
         carried = {acc.var: acc.names(acc.var + "_lanes") for acc in accs}
         for acc in accs:
-            for c in acc.components():
-                root.line(f"{carried[acc.var][c.suffix]} = tl.full({_TILE}, {c.identity}, {c.tl_type})")
+            for line in acc.carry(carried[acc.var], _TILE):
+                root.line(line)
         body: list[str] = []
         inner = TritonEmitter(root.ctx, body, root.indent + INDENT, parent=root, loop_axes=frozenset({"r"}))
         inner.line("rindex = roffset + rbase")
         self._masks(inner, [root.ctx.axes["r"]], {"r": end})
         for acc in accs:
-            new = self._lanes(inner, acc, acc.var + "_new")
-            for line in acc.merge(carried[acc.var], new):
+            for line in acc.fold(carried[acc.var], self._tile(inner, acc), inner.ctx.mask(_XR), "rindex", _TILE):
                 inner.line(line)
         for st in stores:
             inner.store(st.buffer, st.index, st.value, _XR, _TILE)
         root.line(f"for roffset in range({start}, {end}, RBLOCK):")
         root.lines.extend(body)
         for acc in accs:
-            for line in acc.reduce(carried[acc.var], acc.names()):
+            for line in acc.finish(carried[acc.var], acc.names()):
                 root.line(line)
 
     @staticmethod

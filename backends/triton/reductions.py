@@ -29,6 +29,8 @@ from .ops import tl_type
 
 IDX_NONE = "9223372036854775807"  # index of masked lanes: larger than any real index
 _NAN = 'float("nan")'
+_INF = 'float("inf")'
+_SHIFT = "tl.where(tl.abs({m}) == " + _INF + ", 0.0, {m})"  # m*: m where finite, else 0 (EXP_SUM)
 _COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
             "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine"}
 
@@ -40,6 +42,7 @@ def reduce_rows(kind: str, x: str, axis: str = "1") -> str:
 
 # What one element contributes to a component, as a tile of the component's type ``t``.
 _LIFT = {Lift.VALUE: "{v}", Lift.ISNAN: "({v} != {v}).to(tl.int32)",
+         Lift.SHIFTED_EXP: "tl.exp({v} - " + _SHIFT.format(m="{v}") + ")",
          Lift.POSITION: "tl.broadcast_to({rindex}.to(tl.int64), {shape})",
          Lift.ZERO: "tl.full({shape}, 0, {t})", Lift.ONE: "tl.full({shape}, 1, {t})"}
 # Elementwise combines: merge of two lane states, and the reduce_rows kind (flags are 0/1: OR is max).
@@ -118,6 +121,34 @@ class TritonAccumulator:
         base = self.var if prefix is None else prefix
         return {c.suffix: base + c.suffix for c in self.components()}
 
+    # -- looped rows: the state carried over chunks ----------------------------------------------
+    def carry(self, names: dict[str, str], shape: str) -> list[str]:
+        """Initial state carried over a loop of ``shape`` chunks: lanes of the tile, but for EXP_SUM,
+        whose max is the row's (``[XBLOCK, 1]``) so that each element costs one exp."""
+        if self.spec.joint is Combine.EXP_SUM:
+            t = self.value_type
+            return [f"{names['_max']} = tl.full([XBLOCK, 1], float(\"-inf\"), {t})",
+                    f"{names['_sum']} = tl.full({shape}, 0, {t})"]
+        return [f"{names[c.suffix]} = tl.full({shape}, {c.identity}, {c.tl_type})" for c in self.components()]
+
+    def fold(self, names: dict[str, str], value: str, mask: str | None, rindex: str, shape: str) -> list[str]:
+        """Statements folding one chunk of elements ``value`` into the carried state ``names``."""
+        if self.spec.joint is Combine.EXP_SUM:
+            t, m, top = self.var + "_chunk", names["_max"], self.var + "_top"
+            masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
+            return [f"{t} = {masked}", f"{top} = tl.maximum({m}, {reduce_rows('max', t)})",
+                    f"{names['_sum']} = {names['_sum']} * {self._alpha(m, top)} + tl.exp({t} - {_SHIFT.format(m=top)})",
+                    f"{m} = {top}"]
+        new = self.names(self.var + "_new")
+        lanes = self.lanes(value, mask, rindex, shape)
+        return [f"{new[k]} = {expr}" for k, expr in lanes.items()] + self.merge(names, new)
+
+    def finish(self, carried: dict[str, str], dst: dict[str, str]) -> list[str]:
+        """Statements reducing the state carried over a loop into row state ``dst``."""
+        if self.spec.joint is Combine.EXP_SUM:
+            return [f"{dst['_max']} = {carried['_max']}", f"{dst['_sum']} = {reduce_rows('sum', carried['_sum'])}"]
+        return self.reduce(carried, dst)
+
     # -- the four steps -------------------------------------------------------------------------
     def lanes(self, value: str, mask: str | None, rindex: str, shape: str) -> dict[str, str]:
         """Lane state of the elements ``value`` (a full tile of ``value_type``)."""
@@ -156,13 +187,15 @@ class TritonAccumulator:
                 for c in self.components()]
 
     def _merge_exp_sum(self, acc: dict[str, str], new: dict[str, str]) -> list[str]:
-        """One exp per lane: the smaller max's sum is scaled by exp(lo - hi), exactly 1 when equal."""
-        t, m, s = self.var + "_t", acc["_max"], acc["_sum"]
-        return [f"{t}_up = {new['_max']} > {m}",
-                f"{t}_e = tl.where({new['_max']} == {m}, 1.0, tl.exp(-tl.abs({new['_max']} - {m})))",
-                f"{s} = tl.where({t}_up, {s} * {t}_e + {new['_sum']}, {s} + {new['_sum']} * {t}_e)",
-                f"{m} = tl.where({t}_up, {new['_max']}, {m})",
-                f"{acc['_nan']} = tl.maximum({acc['_nan']}, {new['_nan']})"]
+        t, m, top = self.var + "_t", acc["_max"], self.var + "_top"
+        return [f"{top} = tl.maximum({m}, {new['_max']})",
+                f"{acc['_sum']} = {acc['_sum']} * {self._alpha(m, top)} + {new['_sum']} * {self._alpha(new['_max'], top)}",
+                f"{m} = {top}"]
+
+    def _alpha(self, m: str, top: str) -> str:
+        """exp(m* - top*), capped so that a sum of 0 (only -inf seen) stays 0 (``ir/reductions.py``)."""
+        largest = torch.finfo(self.components()[0].torch_dtype).max
+        return f"tl.minimum(tl.exp({_SHIFT.format(m=m)} - {_SHIFT.format(m=top)}), {largest!r})"
 
     def _better(self, v: str, a: str, vi: str, ai: str) -> str:
         cmp = ">" if self.spec.joint is Combine.ARGMAX else "<"
@@ -186,10 +219,9 @@ class TritonAccumulator:
                     f"{dev} = {mean} - {dst['_mean']}",
                     f"{dst['_m2']} = {reduce_rows('sum', f'{m2} + {n} * {dev} * {dev}')}"]
         if joint is Combine.EXP_SUM:
-            m, s, top = src["_max"], src["_sum"], dst["_max"]
-            scaled = f"tl.where({m} == {top}, {s}, {s} * tl.exp({m} - {top}))"
-            return [f"{top} = {reduce_rows('max', m)}", f"{dst['_sum']} = {reduce_rows('sum', scaled)}",
-                    f"{dst['_nan']} = {reduce_rows('max', src['_nan'])}"]
+            top = dst["_max"]
+            scaled = f"{src['_sum']} * {self._alpha(src['_max'], top)}"
+            return [f"{top} = {reduce_rows('max', src['_max'])}", f"{dst['_sum']} = {reduce_rows('sum', scaled)}"]
         if joint is not None:
             return self._reduce_arg(src, dst)
         return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix])}"
@@ -214,6 +246,8 @@ class TritonAccumulator:
     def results(self, state: dict[str, str]) -> list[str]:
         """Expressions of the finished outputs, from row state ``state``: a set NaN flag makes them
         NaN, flags read as bools, narrow integers held as int32 convert back."""
+        if self.spec.joint is Combine.EXP_SUM:  # a NaN element made the sum NaN
+            return [f"tl.where({state['_sum']} != {state['_sum']}, {_NAN}, {state['_max']})", state["_sum"]]
         comps = {c.suffix: c for c in self.components()}
         flag = next((c.suffix for c in comps.values() if c.spec.lift is Lift.ISNAN), None)
         out = []
