@@ -10,10 +10,10 @@ in during their phase's loop) are stored by ``col_stores`` once every row is don
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from ..ir.expr import Apply, Expr, loads, walk
+from ..ir.expr import AccRef, Apply, Expr, Load, loads, walk
 from ..ir.hashing import structural_digest
 from ..ir.index import Index, as_var, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
@@ -152,3 +152,31 @@ def signature(kernel: Kernel) -> KernelSignature:
         exprs += lay.sizes + lay.strides + (lay.offset,)
     syms = {n for e in exprs for n in symbols_in(e)}
     return KernelSignature(tuple(bufs), tuple(sorted(syms)))
+
+
+def relevel(kernel: Kernel) -> Kernel:
+    """``kernel`` with each reduction and element store moved down to the first phase where what
+    it reads is final (after the accumulators it reads and the phase that stored any value it
+    loads back), once a rewrite has removed or merged reductions; never up."""
+    levels: dict[str, int] = {}
+    stored = {st.buffer: st for st in kernel.elem_stores}
+    phases: dict[str, int] = {}
+
+    def first_phase(e: Expr) -> int:
+        after = [levels[n.name] + 1 for n in walk(e) if isinstance(n, AccRef)]
+        after += [phase_of(stored[n.buffer]) + 1 for n in walk(e) if isinstance(n, Load) and n.buffer in stored]
+        return max(after, default=0)
+
+    def phase_of(st: KStore) -> int:
+        if st.buffer not in phases:
+            phases[st.buffer] = min(st.phase, first_phase(st.value))
+        return phases[st.buffer]
+
+    reductions = []
+    for r in sorted(kernel.reductions, key=lambda r: r.level):
+        levels[r.name] = min(r.level, first_phase(r.body))
+        reductions.append(replace(r, level=levels[r.name]))
+    order = {r.name: k for k, r in enumerate(kernel.reductions)}
+    reductions.sort(key=lambda r: order[r.name])
+    stores = [replace(st, phase=phase_of(st)) for st in kernel.elem_stores]
+    return replace(kernel, reductions=reductions, elem_stores=stores)

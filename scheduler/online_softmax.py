@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import dtypes as dt
-from ..ir.expr import AccRef, Apply, Const, Expr, Load, rewrite, walk
-from ..ir.nodes import KReduction, KStore
+from ..ir.expr import AccRef, Apply, Const, Expr, rewrite, walk
+from ..ir.nodes import KReduction
 from ..ir.ops import Op, ReduceOp
-from .kernel import Kernel
+from .kernel import Kernel, relevel
 
 
 def online_softmax(kernel: Kernel) -> Kernel:
@@ -89,31 +89,4 @@ def _fuse(kernel: Kernel, m: KReduction, s: KReduction, shift: Expr) -> Kernel:
     kernel = replace(kernel, reductions=reductions, elem_stores=stores,
                      row_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.row_stores],
                      col_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.col_stores])
-    return _relevel(kernel)
-
-
-def _relevel(kernel: Kernel) -> Kernel:
-    """Each reduction and element store at the first phase where what it reads is final: after
-    the accumulators it reads, and after the phase that stored any value it loads back."""
-    levels: dict[str, int] = {}
-    stored = {st.buffer: st for st in kernel.elem_stores}
-    phases: dict[str, int] = {}
-
-    def first_phase(e: Expr) -> int:
-        after = [levels[n.name] + 1 for n in walk(e) if isinstance(n, AccRef)]
-        after += [phase_of(stored[n.buffer]) + 1 for n in walk(e) if isinstance(n, Load) and n.buffer in stored]
-        return max(after, default=0)
-
-    def phase_of(st: KStore) -> int:
-        if st.buffer not in phases:
-            phases[st.buffer] = min(st.phase, first_phase(st.value))
-        return phases[st.buffer]
-
-    reductions = []
-    for r in sorted(kernel.reductions, key=lambda r: r.level):
-        levels[r.name] = min(r.level, first_phase(r.body))
-        reductions.append(replace(r, level=levels[r.name]))
-    order = {r.name: k for k, r in enumerate(kernel.reductions)}
-    reductions.sort(key=lambda r: order[r.name])
-    stores = [replace(st, phase=phase_of(st)) for st in kernel.elem_stores]
-    return replace(kernel, reductions=reductions, elem_stores=stores)
+    return relevel(kernel)

@@ -7,6 +7,7 @@ from ..ir.nodes import Buffer, BufferKind, Extern, Graph
 from .fusion import AcrossRows, always, build_kernel, extern_buffers, group_nodes, inline_pointwise, never, node_reads
 from .kernel import Kernel
 from .memory import MemoryPlan, plan_memory
+from .one_hot import fold_one_hot_sums
 
 Step = Kernel | Extern
 
@@ -54,7 +55,7 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
         needed = {b for b in produced if b in outputs or b in externs_read or b in read_elsewhere}
         if not needed:
             continue  # dead code
-        kernel = build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")
+        kernel = fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}"))
         kernel_count += 1
         steps.append(kernel)
         stored |= set(kernel.outputs)
