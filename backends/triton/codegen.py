@@ -139,14 +139,11 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
 
 
 def rereads_rows(kernel: Kernel, config: TritonConfig) -> bool:
-    """Whether each phase of ``kernel`` reads its row from memory again under ``config`` (looped
-    and split strategies), rather than from the registers of one block (persistent rows, and
-    split_sync slices of one block)."""
-    if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
-        return False
-    rnumel = product(kernel.rdomain).as_int()
-    return not (config.strategy is Strategy.SPLIT_SYNC and rnumel is not None
-                and rnumel <= config.SPLIT * config.RBLOCK)
+    """Whether ``config`` runs each phase of ``kernel`` as a pass over the row from memory (looped)
+    or in programs that exchange partial states (split, split_sync): there one pass and one
+    exchange fewer pay for softmax statistics in one reduction, unlike a persistent row, whose
+    phases reread registers and share their exps."""
+    return bool(kernel.reductions) and config.strategy is not Strategy.PERSISTENT
 
 
 class _Generator:
@@ -332,8 +329,7 @@ class _Generator:
     def _block_phase(self, em: TritonEmitter, accs, stores) -> None:
         """Persistent: reduce whole rows at once; state ends in ``acc.names()``."""
         for acc in accs:
-            lanes = self._lanes(em, acc, acc.var + "_lane")
-            for line in acc.reduce(lanes, acc.names()):
+            for line in acc.block(self._tile(em, acc), em.ctx.mask(_XR), "rindex", _TILE, acc.names()):
                 em.line(line)
         for st in stores:
             em.store(st.buffer, st.index, st.value, _XR, _TILE)

@@ -143,6 +143,19 @@ class TritonAccumulator:
         lanes = self.lanes(value, mask, rindex, shape)
         return [f"{new[k]} = {expr}" for k, expr in lanes.items()] + self.merge(names, new)
 
+    def block(self, value: str, mask: str | None, rindex: str, shape: str, dst: dict[str, str]) -> list[str]:
+        """Statements reducing one block of elements ``value`` (a whole row, or a program's slice)
+        into row state ``dst``: its lanes reduced, or for EXP_SUM one fold into the empty state
+        (one exp per element, where lanes would take two)."""
+        if self.spec.joint is Combine.EXP_SUM:
+            t, top = self.var + "_chunk", dst["_max"]
+            masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
+            return [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}",
+                    f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
+        lanes = self.names(self.var + "_lane")
+        exprs = self.lanes(value, mask, rindex, shape)
+        return [f"{lanes[k]} = {expr}" for k, expr in exprs.items()] + self.reduce(lanes, dst)
+
     def finish(self, carried: dict[str, str], dst: dict[str, str]) -> list[str]:
         """Statements reducing the state carried over a loop into row state ``dst``."""
         if self.spec.joint is Combine.EXP_SUM:
