@@ -107,7 +107,7 @@ def _reader(args):
 def cmd_sweep(args) -> int:
     from sqlalchemy.exc import DBAPIError
 
-    from .autotune.sweep import sweep, target
+    from .autotune.sweep import sweep, targets
     from .autotune.workloads import resolve
     from .db.api import DatabaseUnavailable, open_db, resolve_url
 
@@ -125,7 +125,7 @@ def cmd_sweep(args) -> int:
         _check_interrupt()
         print(f"sweeping {spec} on {backend.name} ...", file=sys.stderr)
         try:
-            reports = sweep(target(spec, backend, args.size), backend, settings)
+            reports = [r for t in targets(spec, backend, args.size) for r in sweep(t, backend, settings)]
         except (DatabaseUnavailable, DBAPIError):
             raise
         except Exception as exc:  # noqa: BLE001 - one workload's failure must not lose the others

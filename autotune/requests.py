@@ -29,7 +29,7 @@ from ..ir.interpret import bind_symbols
 from .compile_time import DbTuner
 from .enqueue import DEFAULT_MAX_ATTEMPTS, RequestOptions, enqueue_kernels, unmeasured
 from .options import TuneSettings
-from .sweep import SweepTarget, target
+from .sweep import SweepTarget, targets
 
 DEFAULT_TRIALS = TuneSettings().trials
 THROUGHPUT_WINDOW_S = 600  # `autotune queue` reports requests finished per minute over this window
@@ -66,9 +66,9 @@ def request_workloads(specs: Sequence[str], backend: str | None, size_class: str
                       **kwargs: Any) -> list[int]:
     """``autotune enqueue``: ``request`` for each built-in or ``module:function`` workload."""
     chosen = registry.get(backend) if backend else registry.for_this_machine()
-    targets: list[SweepTarget] = [target(spec, chosen, size_class) for spec in specs]
+    found: list[SweepTarget] = [t for spec in specs for t in targets(spec, chosen, size_class)]
     ids: list[int] = []
-    for t in targets:
+    for t in found:
         ids += request(t.fn, t.inputs, backend=chosen, **kwargs)
     return list(dict.fromkeys(ids))
 

@@ -17,12 +17,13 @@ from ..backends.base import Backend
 from ..core.timing import BenchOptions
 from ..db.api import open_db, resolve_url
 from ..lowering.api import compile_fx
+from ..lowering.dynamo import AtenCompiler
 from ..lowering.options import CompileOptions
 from .compile_time import tuner_for
 from .harness import GraphHarness
 from .options import TuneSettings
 from .tuner import GraphTuner, KernelReport
-from .workloads import Workload, resolve
+from .workloads import Workload, resolve, training_step
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,67 @@ class SweepTarget:
 
 
 def target(spec: str, backend: str | Backend, size_class: str | None = None) -> SweepTarget:
-    """The workload ``spec`` (built-in name or ``module:function``) with inputs for ``backend``."""
+    """The workload ``spec`` (built-in name or ``module:function``) with inputs for ``backend``
+    (a training row has two graphs: ``targets``)."""
+    found = resolve(spec)
+    if isinstance(found, Workload) and found.train:
+        raise ValueError(f"{spec} is a training row: its forward and backward graphs are two targets (targets())")
+    (one,) = targets(spec, backend, size_class)
+    return one
+
+
+def targets(spec: str, backend: str | Backend, size_class: str | None = None) -> list[SweepTarget]:
+    """What sweeping ``spec`` tunes: the workload's graph with inputs for ``backend``, or for a
+    training row the forward and backward graphs of one step (``training_targets``)."""
     device = registry.resolve(backend).device
     found = resolve(spec)
     if isinstance(found, Workload):
         size_class = size_class or ("gpu" if device == "cuda" else "cpu")
-        return SweepTarget(found.name, found.fn, found.inputs(size_class, device))
+        if found.train:
+            return training_targets(found, backend, size_class)
+        return [SweepTarget(found.name, found.fn, found.inputs(size_class, device))]
     fn, inputs = found()
-    return SweepTarget(spec, fn, tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs))
+    return [SweepTarget(spec, fn, tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs))]
+
+
+class _StepGraphs(AtenCompiler):
+    """AOTAutograd as ``torch.compile(backend="loopnest")`` runs it (decompositions, partitioner),
+    with the forward and backward graphs run eagerly, each kept with a copy of its first call's
+    arguments."""
+
+    def __init__(self, backend: Backend):
+        super().__init__(CompileOptions(backend=backend), backend)
+        self.captured: dict[str, tuple[torch.fx.GraphModule, tuple]] = {}
+
+    def forward(self, gm, example_inputs):
+        return self._recording(gm, "fwd")
+
+    def backward(self, gm, example_inputs):
+        return self._recording(gm, "bwd")
+
+    def _recording(self, gm: torch.fx.GraphModule, kind: str):
+        def run(args):
+            if kind not in self.captured:
+                self.captured[kind] = (gm, tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a
+                                                 for a in args))
+            return gm(*args)
+        run._boxed_call = True
+        return run
+
+
+def training_targets(workload: Workload, backend: str | Backend, size_class: str) -> list[SweepTarget]:
+    """The forward and backward ATen graphs of one training step of ``workload`` (the graphs
+    ``torch.compile(backend="loopnest")`` lowers, so their kernels have the same tuning keys), each
+    with the arguments the step called it with."""
+    backend = registry.resolve(backend)
+    graphs = _StepGraphs(backend)
+    torch._dynamo.reset()
+    try:
+        training_step(torch.compile(workload.fn, backend=graphs.aot, dynamic=False),
+                      workload.train_inputs(size_class, backend.device))
+    finally:
+        torch._dynamo.reset()
+    return [SweepTarget(f"{workload.name}/{kind}", *graphs.captured[kind]) for kind in ("fwd", "bwd")]
 
 
 def flat_tensors(value) -> list[torch.Tensor]:
