@@ -279,3 +279,25 @@ def test_random_inputs_keep_indices_in_range_through_pointwise_nodes_and_scatter
         bounds = index_bounds(g.compiled.graph, {})
         targets = [b for b in g.compiled.graph.inputs if g.compiled.graph.buffers[b].dtype.torch == torch.int64]
         assert targets and all(bounds.get(b) == 300 for b in targets), (bounds, targets)
+
+
+def test_a_training_row_sweeps_its_forward_and_backward_graphs_and_steps_find_both(db_url):
+    """``autotune sweep layernorm_train``: the graphs of one step, as torch.compile partitions
+    them, are tuned; a ``tune="db"`` training step then takes exact winners for both."""
+    from loopnest.autotune.sweep import sweep, target, targets
+    from loopnest.autotune.workloads import WORKLOADS, training_step
+
+    found = targets("layernorm_train", "cpp", "tiny")
+    assert [t.name for t in found] == ["layernorm_train/fwd", "layernorm_train/bwd"]
+    reports = [r for t in found for r in sweep(t, "cpp", fast(db_url, trials=2))]
+    assert len(reports) == 2 and all(r.ok for r in reports)
+    with pytest.raises(ValueError, match="training row"):
+        target("layernorm_train", "cpp", "tiny")
+    lookups: list = []
+    workload = WORKLOADS["layernorm_train"]
+    torch._dynamo.reset()
+    step = torch.compile(workload.fn, backend="loopnest", dynamic=False,
+                         options={"backend": "cpp", "tune": "db", "tuning": {"db_url": db_url},
+                                  "recorder": lambda g: lookups.extend(d.lookup for d in g.compiled.tuning.values())})
+    training_step(step, workload.train_inputs("tiny"))
+    assert lookups == ["exact", "exact"]
