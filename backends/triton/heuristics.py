@@ -13,7 +13,10 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   elements (bf16 RMSNorm 32768x4096: 4 rows and 16 warps per program 0.95, 1 row and 8 warps
   0.83-0.93);
 * longer rows (or rows of unknown length): looped in chunks of 4096 elements with 16 warps
-  (chunks of 1024 with 4 warps: 0.48; bf16 rmsnorm 4096x65536: 0.72, persistent: 0.44);
+  (chunks of 1024 with 4 warps: 0.48; bf16 rmsnorm 4096x65536: 0.72, persistent: 0.44); rows
+  whose softmax statistics take one pass (``scheduler/online_softmax.py``: a row max per chunk)
+  in chunks of 8192 with 8 warps and 2 stages (cross-entropy's 4096x128256 bf16 logits: 324 µs,
+  the tuner's best of 10, where 4096 with 16 warps takes 396);
 * reductions whose reduced dim is strided (a sum over dim 0, a mean over the middle dim): 32x32
   tiles, 8 warps, looped, each load contiguous along the rows (0.83; 64x64 with 4 warps, too few
   programs: 0.34). ``x.mean(1)`` on (32, 2048, 512): 0.73 (kernel time); 64x32: 0.68, 64x16 with
@@ -42,13 +45,16 @@ import torch
 
 from ...ir.expr import loads
 from ...ir.index import as_var, product
+from ...ir.reductions import ReduceOp
 from ...scheduler.kernel import Kernel
+from ...scheduler.online_softmax import online_softmax
 from .indexing import transposed_split
 from .params import Strategy, TritonConfig, next_pow2
 
 H200_SMS = 132
 PERSISTENT_ROW = 32768
 LOOPED_RBLOCK = 4096
+ONLINE_RBLOCK = 8192  # looped softmax statistics: a row max per chunk, so longer chunks amortize it
 SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
@@ -117,6 +123,8 @@ def _rows(kernel: Kernel) -> TritonConfig:
         xblock = max(1, min(tile // rblock, _rows_per_program(rows)))
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=_warps(rblock * xblock),
                             strategy=Strategy.PERSISTENT)
+    if any(r.op is ReduceOp.EXP_SUM for r in online_softmax(kernel).reductions):
+        return TritonConfig(XBLOCK=1, RBLOCK=ONLINE_RBLOCK, num_warps=8, num_stages=2, strategy=Strategy.LOOPED)
     return TritonConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=16, strategy=Strategy.LOOPED)
 
 
