@@ -145,13 +145,7 @@ class TritonAccumulator:
 
     def block(self, value: str, mask: str | None, rindex: str, shape: str, dst: dict[str, str]) -> list[str]:
         """Statements reducing one block of elements ``value`` (a whole row, or a program's slice)
-        into row state ``dst``: its lanes reduced, or for EXP_SUM one fold into the empty state
-        (one exp per element, where lanes would take two)."""
-        if self.spec.joint is Combine.EXP_SUM:
-            t, top = self.var + "_chunk", dst["_max"]
-            masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
-            return [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}",
-                    f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
+        into row state ``dst``: its lanes, reduced."""
         lanes = self.names(self.var + "_lane")
         exprs = self.lanes(value, mask, rindex, shape)
         return [f"{lanes[k]} = {expr}" for k, expr in exprs.items()] + self.reduce(lanes, dst)
@@ -200,7 +194,7 @@ class TritonAccumulator:
                 for c in self.components()]
 
     def _merge_exp_sum(self, acc: dict[str, str], new: dict[str, str]) -> list[str]:
-        t, m, top = self.var + "_t", acc["_max"], self.var + "_top"
+        m, top = acc["_max"], self.var + "_top"
         return [f"{top} = tl.maximum({m}, {new['_max']})",
                 f"{acc['_sum']} = {acc['_sum']} * {self._alpha(m, top)} + {new['_sum']} * {self._alpha(new['_max'], top)}",
                 f"{m} = {top}"]
