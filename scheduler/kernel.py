@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from ..ir.expr import AccRef, Apply, Expr, Load, loads, walk
+from ..ir.expr import AccRef, Apply, Expr, Load, loads, rewrite, walk
 from ..ir.hashing import structural_digest
 from ..ir.index import Index, as_var, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
@@ -152,6 +152,19 @@ def signature(kernel: Kernel) -> KernelSignature:
         exprs += lay.sizes + lay.strides + (lay.offset,)
     syms = {n for e in exprs for n in symbols_in(e)}
     return KernelSignature(tuple(bufs), tuple(sorted(syms)))
+
+
+def rewrite_kernel(kernel: Kernel, fn, keep=None) -> Kernel:
+    """``kernel`` with ``fn`` (an ``ir.expr.rewrite`` callback) applied to every reduction body and
+    stored value, one memo shared; ``keep``: the reductions to keep (default: all)."""
+    memo: dict = {}
+
+    def each(statements, field_name):
+        return [replace(st, **{field_name: rewrite(getattr(st, field_name), fn, memo)}) for st in statements]
+
+    kept = [r for r in kernel.reductions if keep is None or keep(r)]
+    return replace(kernel, reductions=each(kept, "body"), elem_stores=each(kernel.elem_stores, "value"),
+                   row_stores=each(kernel.row_stores, "value"), col_stores=each(kernel.col_stores, "value"))
 
 
 def relevel(kernel: Kernel) -> Kernel:

@@ -21,7 +21,7 @@ from ..ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, rewrite, sub
 from ..ir.index import Index, as_var
 from ..ir.nodes import KReduction, domain_vars
 from ..ir.ops import Op, ReduceOp
-from .kernel import Kernel, relevel
+from .kernel import Kernel, relevel, rewrite_kernel
 
 
 def fold_one_hot_sums(kernel: Kernel) -> Kernel:
@@ -44,13 +44,7 @@ def fold_one_hot_sums(kernel: Kernel) -> Kernel:
             return value if value.dtype == node.dtype else Apply(Op.CAST, (value,), node.dtype)
         return None
 
-    memo: dict = {}
-    folded = replace(
-        kernel,
-        reductions=[replace(r, body=rewrite(r.body, reread, memo)) for r in kernel.reductions if r.name not in values],
-        elem_stores=[replace(s, value=rewrite(s.value, reread, memo)) for s in kernel.elem_stores],
-        row_stores=[replace(s, value=rewrite(s.value, reread, memo)) for s in kernel.row_stores],
-        col_stores=[replace(s, value=rewrite(s.value, reread, memo)) for s in kernel.col_stores])
+    folded = rewrite_kernel(kernel, reread, keep=lambda r: r.name not in values)
     if not folded.reductions:
         return _pointwise(folded) if not (folded.row_stores or folded.col_stores) else kernel
     return relevel(folded)

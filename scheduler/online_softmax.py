@@ -26,7 +26,7 @@ from ..ir import dtypes as dt
 from ..ir.expr import AccRef, Apply, Const, Expr, rewrite, walk
 from ..ir.nodes import KReduction
 from ..ir.ops import Op, ReduceOp
-from .kernel import Kernel, relevel
+from .kernel import Kernel, relevel, rewrite_kernel
 
 
 def online_softmax(kernel: Kernel) -> Kernel:
@@ -66,27 +66,21 @@ def _fuse(kernel: Kernel, m: KReduction, s: KReduction, shift: Expr) -> Kernel:
     fused = KReduction(f"{m.name}__online", ReduceOp.EXP_SUM, m.body, m.dtype, m.level)
     top = AccRef(fused.name, 0, m.body.dtype)
     total = AccRef(fused.name, 1, s.dtype)
-    max_ref = AccRef(m.name, 0, m.body.dtype)
+
+    def cast_to(value: Expr, dtype) -> Expr:
+        return value if value.dtype == dtype else Apply(Op.CAST, (value,), dtype)
 
     def at_top(node: Expr, _) -> Expr | None:
-        return top if node is max_ref else None
+        return cast_to(top, node.dtype) if isinstance(node, AccRef) and node.name == m.name else None
 
     finite = Apply(Op.WHERE, (Apply(Op.ISINF, (top,), dt.bool_), Const(0.0, top.dtype), top), top.dtype)
     scale = Apply(Op.EXP, (Apply(Op.SUB, (finite, rewrite(shift, at_top)), top.dtype),), top.dtype)
     sum_value = Apply(Op.MUL, (total, scale), s.dtype)
 
-    def reread(node: Expr, _) -> Expr | None:
-        if isinstance(node, AccRef) and node.name == m.name:
-            return top if node.dtype == top.dtype else Apply(Op.CAST, (top,), node.dtype)
+    def reread(node: Expr, visit) -> Expr | None:
         if isinstance(node, AccRef) and node.name == s.name:
-            return sum_value if node.dtype == s.dtype else Apply(Op.CAST, (sum_value,), node.dtype)
-        return None
+            return cast_to(sum_value, node.dtype)
+        return at_top(node, visit)
 
-    memo: dict = {}
-    reductions = [fused if r is m else replace(r, body=rewrite(r.body, reread, memo))
-                  for r in kernel.reductions if r is not s]
-    stores = [replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.elem_stores]
-    kernel = replace(kernel, reductions=reductions, elem_stores=stores,
-                     row_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.row_stores],
-                     col_stores=[replace(st, value=rewrite(st.value, reread, memo)) for st in kernel.col_stores])
-    return relevel(kernel)
+    kernel = rewrite_kernel(kernel, reread, keep=lambda r: r is not s)
+    return relevel(replace(kernel, reductions=[fused if r.name == m.name else r for r in kernel.reductions]))
