@@ -31,7 +31,7 @@ def unvectorized_simd_loops(outputs, inputs, tmp_path) -> list[str]:
     assert proc.returncode == 0, proc.stderr[-2000:]
     done = {int(n) for n in re.findall(r"module\.cpp:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
     lines = source.splitlines()
-    first_kernel = next(n for n, line in enumerate(lines, 1) if line.startswith('extern "C" void'))
+    first_kernel = next(n for n, line in enumerate(lines, 1) if line.startswith('extern "C" LN_VECTORS_'))
     simd = [n for n, line in enumerate(lines, 1) if n > first_kernel and "omp" in line and " simd" in line]
     assert simd, "the kernels have no omp simd loop"
     return [lines[n] for n in simd if not done & {n, n + 1, n + 2}]

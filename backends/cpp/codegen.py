@@ -1,6 +1,6 @@
 """C++/OpenMP source for a kernel: parallel over rows, vectorizable inner loops.
 
-Every kernel is ``extern "C" void NAME(void** args, const int64_t* syms, int64_t* ln_err)``:
+Every kernel is ``extern "C" LN_VECTORS_512 void NAME(void** args, const int64_t* syms, int64_t* ln_err)``:
 ``args`` holds the buffer pointers in ``KernelSignature.buffers`` order, ``syms`` the symbolic sizes
 in ``KernelSignature.symbols`` order, ``ln_err`` the error slot (``checks.py``). User names (buffers,
 sizes, the kernel) are mangled (``backends/names.py``); the generator's own names never start with
@@ -280,7 +280,8 @@ class KernelWriter:
 
     def write(self) -> str:
         k, sig = self.k, self.sig
-        self.lines.append(f'extern "C" void {kernel_symbol(k)}(void** args, const int64_t* syms, int64_t* ln_err) {{')
+        self.lines.append(f'extern "C" LN_VECTORS_{self.cfg.vector_width} void {kernel_symbol(k)}'
+                          f'(void** args, const int64_t* syms, int64_t* ln_err) {{')
         for n, name in enumerate(sig.buffers):
             ty = STORAGE[k.buffers[name].dtype]
             const = "" if name in k.outputs else "const "

@@ -168,6 +168,11 @@ PRELUDE = r"""
 #include <immintrin.h>
 #endif
 
+// The widest vectors a kernel's loops may use (CppConfig.vector_width): -march=native alone makes
+// GCC prefer 256-bit vectors on AVX-512 Xeons. The attribute reaches the OpenMP regions it outlines.
+#define LN_VECTORS_512 __attribute__((target("prefer-vector-width=512")))
+#define LN_VECTORS_256 __attribute__((target("prefer-vector-width=256")))
+
 // A 16-float block staged by a streamed pass: non-temporal stores where the target is a whole
 // aligned line (AVX-512: one, AVX: two halves), a plain copy otherwise; the fence ends a row's
 // streamed stores.

@@ -10,6 +10,7 @@ STORES = ("auto", "plain", "stream")  # how a row kernel's last pass stores (str
 COLUMN_SPLITS = ("auto", "chunks", "rows")  # how a column reduction divides its work among threads
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
+VECTOR_WIDTHS = (512, 256)  # bits of the vectors a kernel's loops are vectorized with, at most
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,10 @@ class CppConfig:
     last-level cache, ``streaming.py``); ``column_split``: how a kernel that reduces over an
     outer dimension divides its work, "chunks" of adjacent columns per thread or "rows" (each
     thread folds a block of whole rows into partials of every column, combined afterwards;
-    ``codegen.splits_rows``), "auto" choosing by the sizes and thread count.
+    ``codegen.splits_rows``), "auto" choosing by the sizes and thread count; ``vector_width``:
+    the widest vectors its loops use, in bits (512: the widest the CPU has; under -march=native
+    GCC prefers 256-bit vectors on AVX-512 Xeons, which halves the lanes of every loop and calls
+    the 8-lane variants of the vector math).
     """
 
     threads: int = 0
@@ -36,6 +40,7 @@ class CppConfig:
     grain: int = 0
     stores: str = "auto"
     column_split: str = "auto"
+    vector_width: int = 512
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -52,6 +57,8 @@ class CppConfig:
             raise ValueError(f"stores must be one of {STORES}, got {self.stores!r}")
         if self.column_split not in COLUMN_SPLITS:
             raise ValueError(f"column_split must be one of {COLUMN_SPLITS}, got {self.column_split!r}")
+        if self.vector_width not in VECTOR_WIDTHS:
+            raise ValueError(f"vector_width must be one of {VECTOR_WIDTHS}, got {self.vector_width!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

@@ -16,7 +16,7 @@ from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .codegen import as_written, generate, reduces_outer_dim
-from .params import COLUMN_SPLITS, SCHEDULES, STORES, CppConfig, config_from_json
+from .params import COLUMN_SPLITS, SCHEDULES, STORES, VECTOR_WIDTHS, CppConfig, config_from_json
 from .split_rows import can_split_rows
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -60,6 +60,8 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("column_split", COLUMN_SPLITS, ordered=False))
     if can_stream(kernel):
         knobs.append(Knob("stores", STORES, ordered=False))
+    if "avx512f" in hardware.capability.split(","):
+        knobs.append(Knob("vector_width", VECTOR_WIDTHS))
     tuned = {k.name for k in knobs}
     fixed = {name: value for name, value in default.to_json().items() if name not in tuned}
     return SearchSpace("cpp", lambda data: config_from_json(data, hardware), tuple(knobs), fixed)
