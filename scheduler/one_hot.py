@@ -52,8 +52,8 @@ def fold_one_hot_sums(kernel: Kernel) -> Kernel:
 
 def _row_value(r: KReduction, rvar: Index, n: Index) -> Expr | None:
     """The value of ``r`` for a row when it sums a one-hot row, else None."""
-    if r.op is not ReduceOp.SUM or r.across or not r.dtype.is_float:
-        return None
+    if r.op is not ReduceOp.SUM or r.across or r.dtype not in (dt.float32, dt.float64):
+        return None  # a 16-bit (n - 1) * miss would round n, or overflow past 65504
     var = as_var(rvar)
     position = IndexValue(rvar, dt.int64)
     hits = {node for node in walk(r.body) if isinstance(node, Apply) and node.op is Op.EQ and position in node.args}

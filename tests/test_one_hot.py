@@ -23,8 +23,8 @@ def _step(fn, logits, target, grad):
     return loss, g
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_backward_is_one_pointwise_kernel(backend, reduction):
+@pytest.mark.parametrize("reduction, smoothing", [("mean", 0.0), ("sum", 0.0), ("none", 0.0), ("mean", 0.1)])
+def test_cross_entropy_backward_is_one_pointwise_kernel(backend, reduction, smoothing):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(37, 301, generator=g)
     target = torch.randint(0, 301, (37,), generator=g)
@@ -33,7 +33,7 @@ def test_cross_entropy_backward_is_one_pointwise_kernel(backend, reduction):
     logits, target, grad = (t.to(backend.device) for t in (logits, target, grad))
 
     def loss(x, t):
-        return F.cross_entropy(x, t, reduction=reduction)
+        return F.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
 
     graphs: list = []
     torch._dynamo.reset()
