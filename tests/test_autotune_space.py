@@ -142,3 +142,13 @@ def test_an_empty_or_partial_stored_config_is_rejected_not_filled_with_defaults(
     for partial in ({}, {"threads": 1}):
         with pytest.raises(ValueError, match="lacks"):
             space.validate(partial)
+
+
+def test_vector_width_is_a_knob_only_where_the_cpu_has_avx512():
+    kernel = kernel_of(ln.exp, (64, 96))
+    avx512 = HardwareInfo("cpu", "test cpu", "avx,avx2,fma,avx512f,avx512bw", 2, 1 << 30)
+    knobs = {k.name: k.choices for k in cpp_space(kernel, avx512).knobs}
+    assert knobs["vector_width"] == (512, 256) and CppConfig().vector_width == 512
+    assert "vector_width" not in {k.name for k in cpp_space(kernel, CPU2).knobs}
+    with pytest.raises(ValueError, match="vector_width"):
+        CppConfig(vector_width=128)

@@ -54,3 +54,21 @@ def test_kernels_vectorize_for_avx512(case, tmp_path):
         xf = ln.cast(x, ln.float32)
         outputs, inputs = [ln.cast(xf * ln.rsqrt(ln.mean(xf * xf, -1, keepdim=True) + 1e-6), ln.bfloat16)], [x]
     assert unvectorized_simd_loops(outputs, inputs, tmp_path) == []
+
+
+@pytest.mark.parametrize("width, variant", [(512, "_ZGVeN16v_ln_expf"), (256, "_ZGVdN8v_ln_expf")])
+def test_vector_width_picks_the_vector_math_of_its_lanes(width, variant, tmp_path):
+    """GCC prefers 256-bit vectors on AVX-512 Xeons under -march; a kernel's ``vector_width``
+    decides, and its loops call the vector math variant of that many lanes."""
+    from loopnest.backends.cpp.params import CppConfig
+
+    x = ln.placeholder("x", (64, 96), ln.float32)
+    backend = CppBackend()
+    source = backend.module_source([(k, CppConfig(vector_width=width)) for k in kernels_of([softmax(x)], [x])])
+    path = tmp_path / "module.cpp"
+    path.write_text(source)
+    proc = subprocess.run([settings.current().cxx, *[f for f in SPR_FLAGS if f not in ("-shared", "-lmvec")], "-S",
+                           str(path), "-o", str(tmp_path / "module.s")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls = set(re.findall(r"call\s+(_ZGV\w+_ln_expf)", (tmp_path / "module.s").read_text()))
+    assert calls == {variant}, calls
