@@ -133,18 +133,18 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
         raise ValueError(f"kernel {kernel.name}: the Triton backend runs reductions across rows "
                          f"({', '.join(r.name for r in kernel.across)}) only for rows of a known length")
     check_config(kernel, config)
-    if rereads_rows(kernel, config):
+    if one_pass_statistics(kernel, config):
         kernel = online_softmax(kernel)
     return _Generator(kernel, config, settings).program()
 
 
-def rereads_rows(kernel: Kernel, config: TritonConfig) -> bool:
-    """Whether each phase of ``kernel`` reads its row from memory again under ``config`` (looped
-    and split strategies, split_sync slices longer than one block): there softmax statistics in
-    one reduction save a pass. Not where a block of the row stays in registers (persistent rows,
-    split_sync slices of one block): there the phases share their loads and exps, and the H200
-    ran split_sync rows 13-45x slower with the statistics fused (few_rows_logsoftmax 0.097 ->
-    4.37 ms, wide_softmax 0.341 -> 17.4 ms)."""
+def one_pass_statistics(kernel: Kernel, config: TritonConfig) -> bool:
+    """Whether ``kernel`` takes its softmax statistics in one reduction under ``config``: where
+    each phase reads its row from memory again (looped and split strategies, split_sync slices
+    longer than one block), which saves a pass. Not where a block of the row stays in registers
+    (persistent rows, split_sync slices of one block): there the phases share their loads and
+    exps, and the H200 ran split_sync rows 13-45x slower with the statistics fused
+    (few_rows_logsoftmax 0.097 -> 4.37 ms, wide_softmax 0.341 -> 17.4 ms)."""
     if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
         return False
     rnumel = product(kernel.rdomain).as_int()
