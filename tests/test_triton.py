@@ -160,6 +160,25 @@ def test_forced_strategy_matches_eager(case, strategy):
     check_outputs(out, program, args, f"{case} {strategy}")
 
 
+@pytest.mark.parametrize("cols, tail", [(100, 96), (96, None)])
+def test_looped_rows_run_full_chunks_unmasked_and_the_partial_chunk_once(cols, tail):
+    """A looped row whose length RBLOCK does not divide: the loop covers the full chunks without a
+    mask, the last chunk runs once after it, masked; the statistics and the stores stay exact."""
+    x = ln.placeholder("x", (3, cols), ln.float32)
+    (kernel,) = kernels_of([softmax(x)], [x])
+    config = TritonConfig(XBLOCK=1, RBLOCK=32, strategy="looped")
+    source = registry.get("triton").codegen(kernel, config)
+    if tail is None:
+        assert "roffset = " not in source and "rmask" not in source
+    else:
+        assert f"for roffset in range(0, {tail}, RBLOCK):" in source and f"roffset = {tail}" in source
+        loop = source[source.index("for roffset in range(0, "):source.index(f"roffset = {tail}")]
+        assert "rmask" not in loop
+    xs = rand(3, cols, lo=-30, hi=30)
+    out = run(softmax(x), xs, inputs=[x], config=lambda k: config)
+    check(out, torch.softmax(xs, -1))
+
+
 def test_full_sum_large_default_is_split():
     x = ln.placeholder("x", (300, 120), ln.float32)
     a = rand(300, 120)

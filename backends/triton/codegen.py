@@ -341,15 +341,40 @@ class _Generator:
             em.store(st.buffer, st.index, st.value, _XR, _TILE)
 
     def _loop_phase(self, root: TritonEmitter, accs, stores, start: str, end: str) -> None:
-        """Looped: one pass over ``[start, end)`` in RBLOCK chunks; state ends in ``acc.names()``."""
+        """Looped: one pass over ``[start, end)`` in RBLOCK chunks; state ends in ``acc.names()``.
+        Over a whole static row that RBLOCK does not divide, the full chunks run unmasked and the
+        last, partial chunk runs once after the loop with the mask."""
         if not accs and not stores:
             return
         carried = {acc.var: acc.names(acc.var + "_lanes") for acc in accs}
         for acc in accs:
             for line in acc.carry(carried[acc.var], _TILE):
                 root.line(line)
+        ctx = root.ctx
+        tail = "r" in ctx.masked and (start, end) == ("0", "rnumel") and self.rnumel.as_int() is not None
+        if tail:  # each chunk's hoisted lines land in root while it is emitted: before its loop
+            full = self.rnumel.as_int() // self.cfg.RBLOCK * self.cfg.RBLOCK
+            masked, ctx.masked = ctx.masked, ctx.masked - {"r"}
+            body = self._chunk(root, accs, stores, carried, end, INDENT)
+            ctx.masked = masked
+            root.line(f"for roffset in range({start}, {full}, RBLOCK):")
+            root.lines.extend(body)
+            body = self._chunk(root, accs, stores, carried, end, "")
+            root.line(f"roffset = {full}")
+            root.lines.extend(body)
+        else:
+            body = self._chunk(root, accs, stores, carried, end, INDENT)
+            root.line(f"for roffset in range({start}, {end}, RBLOCK):")
+            root.lines.extend(body)
+        for acc in accs:
+            for line in acc.finish(carried[acc.var], acc.names()):
+                root.line(line)
+
+    def _chunk(self, root: TritonEmitter, accs, stores, carried: dict, end: str, indent: str) -> list[str]:
+        """The statements folding the chunk at ``roffset`` into ``carried`` (indented by
+        ``indent`` below ``root``: a loop body, or the tail chunk after the loop)."""
         body: list[str] = []
-        inner = TritonEmitter(root.ctx, body, root.indent + INDENT, parent=root, loop_axes=frozenset({"r"}))
+        inner = TritonEmitter(root.ctx, body, root.indent + indent, parent=root, loop_axes=frozenset({"r"}))
         inner.line("rindex = roffset + rbase")
         self._masks(inner, [root.ctx.axes["r"]], {"r": end})
         for acc in accs:
@@ -357,11 +382,7 @@ class _Generator:
                 inner.line(line)
         for st in stores:
             inner.store(st.buffer, st.index, st.value, _XR, _TILE)
-        root.line(f"for roffset in range({start}, {end}, RBLOCK):")
-        root.lines.extend(body)
-        for acc in accs:
-            for line in acc.finish(carried[acc.var], acc.names()):
-                root.line(line)
+        return body
 
     @staticmethod
     def _publish(em: TritonEmitter, acc: TritonAccumulator) -> list[str]:
