@@ -13,7 +13,7 @@ from loopnest.backends.cpp.space import can_stream
 from loopnest.scheduler.kernel import signature
 from test_backends import kernels_of
 
-STREAMED = "ln_stream16(&"
+STREAMED = "ln_stream_line(&"
 
 
 def layernorm_kernel(rows, cols):
@@ -79,3 +79,34 @@ def test_last_level_cache_size_is_read():
 def test_an_unknown_stores_mode_is_refused():
     with pytest.raises(ValueError, match="stores must be one of"):
         CppConfig(stores="fast")
+
+
+def rmsnorm_kernel(rows, cols, dtype):
+    x = ln.placeholder("x", (rows, cols), dtype)
+    w = ln.placeholder("w", (cols,), dtype)
+    xf = ln.cast(x, ln.float32)
+    normed = ln.cast(xf * ln.rsqrt(ln.mean(xf * xf, 1, keepdim=True) + 1e-6), dtype)
+    (kernel,) = kernels_of([normed * w], [x, w])
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("offset", [0, 5])  # 5 halves: no line of the output is aligned
+def test_streamed_half_precision_rows_equal_plain_stores(dtype, offset):
+    kernel = rmsnorm_kernel(19, 256, getattr(ln, str(dtype).removeprefix("torch.")))
+    code = generate(kernel, CppConfig(stores="stream"))
+    assert STREAMED in code and "rb_ += 32" in code  # 32 halves: one 64-byte line per block
+    inputs = {"x": torch.randn(19, 256, dtype=dtype), "w": torch.randn(256, dtype=dtype)}
+    outs = []
+    for stores, pad in (("stream", offset), ("plain", 0)):
+        out = torch.full((19 * 256 + pad,), float("nan"), dtype=dtype)[pad:].view(19, 256)
+        launch(kernel, CppConfig(stores=stores), inputs, out)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    x = inputs["x"].float()
+    want = (x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)).to(dtype) * inputs["w"]
+    torch.testing.assert_close(outs[0], want)
+
+
+def test_rows_of_halves_that_are_not_whole_lines_keep_plain_stores():
+    assert STREAMED not in generate(rmsnorm_kernel(8, 48, ln.bfloat16), CppConfig(stores="stream"))

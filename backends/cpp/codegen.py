@@ -26,7 +26,7 @@ from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_c
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
-from .streaming import streamed_pass, wants_streaming
+from .streaming import STREAMED_TYPES, streamed_pass, wants_streaming
 from .two_pass import two_pass_welford
 
 
@@ -273,7 +273,36 @@ class KernelWriter:
                         for a in i.atoms():
                             if isinstance(a, Indirect) and not em.varies(a.value):
                                 em.prepare_indirect(Index.of(a))
+        if accs:
+            for node in self._row_values(exprs, em):
+                em.emit(node)
         return em
+
+    @staticmethod
+    def _row_values(exprs, em: CppEmitter) -> list[Expr]:
+        """The largest subexpressions of ``exprs`` that compute from finished accumulators alone
+        (a row's mean, its rsqrt): computed once before the loop instead of per element. Loads
+        stay in the loop (a loop may run zero times), and so do checked integer divisions."""
+        found: list[Expr] = []
+        ok: dict[Expr, bool] = {}
+        for root in exprs:
+            for node in walk(root):  # children first
+                if isinstance(node, AccRef):
+                    ok[node] = True
+                elif isinstance(node, Apply):
+                    ok[node] = not is_int_division(node) and all(ok.get(a, isinstance(a, Const)) for a in node.args)
+        seen: set[int] = set()
+        stack = list(exprs)
+        while stack:
+            node = stack.pop()
+            if id(node) in seen or not isinstance(node, Apply):
+                continue
+            seen.add(id(node))
+            if ok.get(node):
+                found.append(node)
+            else:
+                stack.extend(node.args)
+        return found
 
     def out(self, indent: str, *stmts: str) -> None:
         self.lines.extend(indent + s for s in stmts)
@@ -482,8 +511,9 @@ class KernelWriter:
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
         if self.streaming and not mine and not deferred and len(rv) == 1:
-            floats = {mangle(BUFFER, b) for b in self.k.outputs if self.k.buffers[b].dtype == dt.float32}
-            self.lines[pragma_at:] = streamed_pass(self.lines[pragma_at:], indent, floats) or self.lines[pragma_at:]
+            types = {mangle(BUFFER, b): STORAGE[self.k.buffers[b].dtype] for b in self.k.outputs
+                     if STORAGE.get(self.k.buffers[b].dtype) in STREAMED_TYPES}
+            self.lines[pragma_at:] = streamed_pass(self.lines[pragma_at:], indent, types) or self.lines[pragma_at:]
         if step is not None:
             self.out(indent, *sums.fold())
             self.out(outer, "}", *sums.finish())

@@ -173,16 +173,16 @@ PRELUDE = r"""
 #define LN_VECTORS_512 __attribute__((target("prefer-vector-width=512")))
 #define LN_VECTORS_256 __attribute__((target("prefer-vector-width=256")))
 
-// A 16-float block staged by a streamed pass: non-temporal stores where the target is a whole
+// A 64-byte line staged by a streamed pass: non-temporal stores where the target is a whole
 // aligned line (AVX-512: one, AVX: two halves), a plain copy otherwise; the fence ends a row's
 // streamed stores.
-static inline void ln_stream16(float* p, const float* v) {
+static inline void ln_stream_line(void* p, const void* v) {
 #if defined(__AVX512F__)
-  if (((uintptr_t)p & 63) == 0) { _mm512_stream_ps(p, _mm512_load_ps(v)); return; }
+  if (((uintptr_t)p & 63) == 0) { _mm512_stream_si512((__m512i*)p, _mm512_load_si512(v)); return; }
 #elif defined(__AVX__)
   if (((uintptr_t)p & 63) == 0) {
-    _mm256_stream_ps(p, _mm256_load_ps(v));
-    _mm256_stream_ps(p + 8, _mm256_load_ps(v + 8));
+    _mm256_stream_si256((__m256i*)p, _mm256_load_si256((const __m256i*)v));
+    _mm256_stream_si256((__m256i*)p + 1, _mm256_load_si256((const __m256i*)v + 1));
     return;
   }
 #endif

@@ -41,7 +41,7 @@ def can_stream(kernel: Kernel) -> bool:
     """True if forcing streaming stores changes the kernel's code (``stores`` is then a knob)."""
     if not kernel.elem_stores or not kernel.reductions or len(kernel.pdomain) != 1:
         return False
-    return "ln_stream16(&" in generate(kernel, CppConfig(stores="stream"), index_checks=False)
+    return "ln_stream_line(&" in generate(kernel, CppConfig(stores="stream"), index_checks=False)
 
 
 def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:

@@ -1,15 +1,16 @@
 """Streaming stores for the last pass of a row kernel whose output does not fit in cache.
 
 A plain store reads the line it writes first (write-allocate), so a kernel that writes as much
-as it reads moves 3 bytes for every 2. The streamed pass computes 16 lanes into a staging block
-and writes them with a non-temporal store (``ln_stream16``: aligned blocks only, plain stores
-otherwise), prefetches the same block of the next row's streaming input (while a row is in its
+as it reads moves 3 bytes for every 2. The streamed pass computes one 64-byte line of lanes (16
+float32, or 32 when some output is bfloat16/float16) into a staging block per output and writes
+each with non-temporal stores (``ln_stream_line``: aligned lines only, plain stores otherwise),
+prefetches the same block of the next row's streaming input (while a row is in its
 later passes, read from L1, no read of the next row would be in flight), and fences its stores
 at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
 2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
 
-The pass is rewritten from its emitted lines: only float32 stores at ``ROW + r0`` with a row of a
-static multiple of 16 qualify, in a pass that does not read the buffers it writes (softmax
+The pass is rewritten from its emitted lines: only float32, bfloat16 and float16 stores at
+``ROW + r0`` with a row of a static multiple of the block qualify, in a pass that does not read the buffers it writes (softmax
 rescales its stored exponentials in place: those lines are in cache, and streaming over them
 lost 2.3x); anything else keeps the plain loop.
 """
@@ -19,12 +20,11 @@ import functools
 import re
 from pathlib import Path
 
-from ...ir.index import product
 from ...scheduler.kernel import Kernel
 
-LANES = 16  # one 64-byte line of float32
-_STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>\w+);$")
-_LOAD = re.compile(r"= (?P<buf>b_\w+)\[(?P<row>[^\[\]]*\bp0\b[^\[\]]*?) \+ r0\];$")
+LINE = 64  # bytes of one cache line, the unit of a non-temporal store
+_STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>[^;]+);$")
+_LOAD = re.compile(r"= (?:\w+\()?(?P<buf>b_\w+)\[(?P<row>[^\[\]]*\bp0\b[^\[\]]*?) \+ r0\]\)?;$")
 
 
 @functools.cache
@@ -41,31 +41,33 @@ def last_level_cache_bytes() -> int:
 
 
 def wants_streaming(kernel: Kernel, mode: str) -> bool:
-    """Whether the row kernel's last pass streams: ``mode`` "stream", or "auto" when the rows it
-    stores take more than the last-level cache (static sizes only)."""
+    """Whether the row kernel's last pass streams: ``mode`` "stream", or "auto" when what the
+    kernel reads and writes takes more than the last-level cache, so that its stored lines leave
+    the cache before anything reads them (static sizes only)."""
     if mode != "auto":
         return mode == "stream"
-    elements = product((*kernel.pdomain, *kernel.rdomain)).as_int()
-    return elements is not None and 4 * elements * len(kernel.elem_stores) > last_level_cache_bytes()
+    moved = kernel.bytes_moved().as_int()
+    return moved is not None and moved > last_level_cache_bytes()
 
 
-def streamed_pass(lines: list[str], indent: str, float_buffers: set[str]) -> list[str] | None:
+def streamed_pass(lines: list[str], indent: str, stream_types: dict[str, str]) -> list[str] | None:
     """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``r0`` from 0 to a
-    static multiple of 16, its body, its closing brace) rewritten to stream its stores, or None
-    when the pass does not qualify."""
+    static multiple of the block, its body, its closing brace) rewritten to stream its stores, or
+    None when the pass does not qualify. ``stream_types``: the storage C type of each output
+    buffer that may stream (``float``, or ``uint16_t``/``_Float16`` for the 2-byte floats)."""
     if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
         return None
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
-    if header is None or int(header.group(1)) % LANES:
+    if header is None:
         return None
     body, staged, prefetch = [], [], None
     for line in lines[2:-1]:
         store = _STORE.match(line)
         if store is not None:
-            if store["buf"] not in float_buffers or "r0" in store["row"]:
+            if store["buf"] not in stream_types or "r0" in store["row"]:
                 return None
             staged.append((store["buf"], store["row"]))
-            body.append(f"  {store['indent']}st{len(staged) - 1}_[r0 - rb_] = {store['value']};")
+            body.append(f"  {store['indent']}st{len(staged) - 1}_[l_] = {store['value']};")
             continue
         if re.search(r"\bb_\w+\[[^\]]*\] =", line):  # any other store: not ours to rewrite
             return None
@@ -75,14 +77,26 @@ def streamed_pass(lines: list[str], indent: str, float_buffers: set[str]) -> lis
         body.append("  " + line)
     if not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
         return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
+    lanes = LINE // min(_ITEMSIZE[stream_types[buf]] for buf, _ in staged)
+    if int(header.group(1)) % lanes:
+        return None
     inner = indent + "  "
-    out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {LANES}) {{"]
-    out += [f"{inner}alignas(64) float st{n}_[{LANES}];" for n in range(len(staged))]
+    out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {lanes}) {{"]
+    out += [f"{inner}alignas(64) {stream_types[buf]} st{n}_[{lanes}];" for n, (buf, _) in enumerate(staged)]
     if prefetch is not None:
         out.append(inner + prefetch)
-    out += [inner + "#pragma omp simd", f"{inner}for (int64_t r0 = rb_; r0 < rb_ + {LANES}; ++r0) {{"]
+    # counted from 0: with -fwrapv, ``r0 < rb_ + lanes`` would not tell g++ the trip count
+    out += [inner + "#pragma omp simd", f"{inner}for (int64_t l_ = 0; l_ < {lanes}; ++l_) {{",
+            f"{inner}  const int64_t r0 = rb_ + l_;"]
     out += body
     out.append(inner + "}")
-    out += [f"{inner}ln_stream16(&{buf}[{row} + rb_], st{n}_);" for n, (buf, row) in enumerate(staged)]
+    for n, (buf, row) in enumerate(staged):
+        per_line = LINE // _ITEMSIZE[stream_types[buf]]
+        out += [f"{inner}ln_stream_line(&{buf}[{row} + rb_{f' + {k}' if k else ''}], &st{n}_[{k}]);"
+                for k in range(0, lanes, per_line)]
     out += [indent + "}", indent + "ln_stream_fence();"]
     return out
+
+
+_ITEMSIZE = {"float": 4, "uint16_t": 2, "_Float16": 2}
+STREAMED_TYPES = frozenset(_ITEMSIZE)
