@@ -8,6 +8,7 @@
    compile (first call) of each workload, (c) a warm start (new process, caches hit).
 
 Run on the device: python bench/launch_overhead.py [--profile DIR] [WORKLOAD ...]
+A training row (``layernorm_train``, ...) is timed as one step: forward, then backward.
 
 ``--device cpu``: only (1), for the C++ backend against eager and Inductor's C++ backend; the
 columns are timed in interleaved rounds (the median round), since the CPU is shared with their
@@ -32,7 +33,7 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-from loopnest.autotune.workloads import TEN, WORKLOADS  # noqa: E402
+from loopnest.autotune.workloads import TEN, WORKLOADS, training_step  # noqa: E402
 
 torch._dynamo.config.recompile_limit = 64
 OPTIONS = {"backend": "triton", "tune": "off"}
@@ -51,30 +52,41 @@ pr.disable(); pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
 """
 
 
-def host_us(fn, args, calls: int = 2000) -> float:
+def call_of(w, fn, args):
+    """A call of ``fn`` on ``args`` as the row runs it: one training step for a training row."""
+    if w.train:
+        return lambda: training_step(fn, args)
+    return lambda: fn(*args)
+
+
+def inputs_of(w, size: str, device: str = "cpu") -> tuple:
+    return w.train_inputs(size, device) if w.train else w.inputs(size, device=device)
+
+
+def host_us(call, calls: int = 2000) -> float:
     """Microseconds per call of ``calls`` back-to-back calls (synchronized at the end)."""
     for _ in range(50):
-        fn(*args)
+        call()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
-        fn(*args)
+        call()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def cpu_host_us(fns: dict, args, rounds: int = 21, calls: int = 500) -> dict[str, float]:
-    """Microseconds per call of each of ``fns``: the median of ``rounds`` interleaved rounds of
-    ``calls`` back-to-back calls."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
+def cpu_host_us(calls_by_name: dict, rounds: int = 21, calls: int = 500) -> dict[str, float]:
+    """Microseconds per call of each of ``calls_by_name``: the median of ``rounds`` interleaved
+    rounds of ``calls`` back-to-back calls."""
+    times: dict[str, list[float]] = {k: [] for k in calls_by_name}
+    for call in calls_by_name.values():
         for _ in range(50):
-            fn(*args)
+            call()
     for _ in range(rounds):
-        for k, fn in fns.items():
+        for k, call in calls_by_name.items():
             t0 = time.perf_counter()
             for _ in range(calls):
-                fn(*args)
+                call()
             times[k].append((time.perf_counter() - t0) / calls * 1e6)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -91,20 +103,21 @@ def cpu_main(workloads: list[str]) -> None:
         torch._dynamo.reset()
         fns = {"eager": w.fn, "inductor": torch.compile(w.fn),
                "loopnest": torch.compile(w.fn, backend="loopnest", options=CPU_OPTIONS)}
-        us = cpu_host_us(fns, w.inputs("tiny"))
+        args = inputs_of(w, "tiny")
+        us = cpu_host_us({k: call_of(w, fn, args) for k, fn in fns.items()})
         ratios.append(us["loopnest"] / us["inductor"])
         print(f"| {name} | {us['eager']:.1f} | {us['inductor']:.1f} | {us['loopnest']:.1f} | {ratios[-1]:.2f} |",
               flush=True)
     print(f"\ngeometric mean of loopnest/inductor host time: {statistics.geometric_mean(ratios):.2f}")
 
 
-def kernel_us(fn, args, reps: int = 20) -> float:
+def kernel_us(call, reps: int = 20) -> float:
     """Sum of the GPU kernel times of one call (profiler, mean over ``reps`` calls)."""
-    fn(*args)
+    call()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            fn(*args)
+            call()
         torch.cuda.synchronize()
     total = sum(e.device_time_total for e in prof.key_averages())
     return total / reps
@@ -135,27 +148,28 @@ def main() -> None:
     for name in opts.workloads:
         w = WORKLOADS[name]
         torch._dynamo.reset()
-        tiny = w.inputs("tiny", device="cuda")
-        big = w.inputs("gpu", device="cuda")
+        tiny = inputs_of(w, "tiny", "cuda")
+        big = inputs_of(w, "gpu", "cuda")
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
         t0 = time.perf_counter()
         with cProfile.Profile() as pr:
-            ours(*big)
+            call_of(w, ours, big)()
             torch.cuda.synchronize()
         cold = time.perf_counter() - t0
         if opts.profile:
             Path(opts.profile, f"cold_{name}.txt").write_text(profile_text(pr, "cumulative", 60))
-        bench = triton.testing.do_bench(lambda: ours(*big), warmup=50, rep=300, return_mode="median") * 1e3
-        kernels = kernel_us(ours, big)
+        bench = triton.testing.do_bench(call_of(w, ours, big), warmup=50, rep=300, return_mode="median") * 1e3
+        kernels = kernel_us(call_of(w, ours, big))
         torch._dynamo.reset()  # else the tiny shapes below would recompile the graph with dynamic shapes
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
-        row = [host_us(w.fn, tiny), host_us(torch.compile(w.fn), tiny), host_us(ours, tiny)]
+        row = [host_us(call_of(w, fn, tiny)) for fn in (w.fn, torch.compile(w.fn), ours)]
         print(f"| {name} | {row[0]:.1f} | {row[1]:.1f} | {row[2]:.1f} | {cold:.2f} | {bench:.1f} | "
               f"{kernels:.1f} |", flush=True)
         if opts.profile:
             with cProfile.Profile() as pr:
+                call = call_of(w, ours, tiny)
                 for _ in range(2000):
-                    ours(*tiny)
+                    call()
                 torch.cuda.synchronize()
             Path(opts.profile, f"calls_{name}.txt").write_text(profile_text(pr, "tottime", 40))
     if opts.profile:

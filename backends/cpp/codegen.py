@@ -280,14 +280,14 @@ class KernelWriter:
 
     @staticmethod
     def _row_values(exprs, em: CppEmitter) -> list[Expr]:
-        """The largest subexpressions of ``exprs`` that compute from finished accumulators alone
-        (a row's mean, its rsqrt): computed once before the loop instead of per element. Loads
+        """The largest subexpressions of ``exprs`` that compute from finished accumulators and
+        constants alone (a row's mean, its rsqrt): computed once before the loop, not per element. Loads
         stay in the loop (a loop may run zero times), and so do checked integer divisions."""
         found: list[Expr] = []
         ok: dict[Expr, bool] = {}
         for root in exprs:
             for node in walk(root):  # children first
-                if isinstance(node, AccRef):
+                if isinstance(node, AccRef) or (isinstance(node, IndexValue) and not node.index.free_vars()):
                     ok[node] = True
                 elif isinstance(node, Apply):
                     ok[node] = not is_int_division(node) and all(ok.get(a, isinstance(a, Const)) for a in node.args)
