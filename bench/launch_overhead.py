@@ -33,7 +33,7 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-from loopnest.autotune.workloads import TEN, WORKLOADS, training_step  # noqa: E402
+from loopnest.autotune.workloads import TEN, WORKLOADS, grad_output, training_step  # noqa: E402
 
 torch._dynamo.config.recompile_limit = 64
 OPTIONS = {"backend": "triton", "tune": "off"}
@@ -53,9 +53,11 @@ pr.disable(); pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
 
 
 def call_of(w, fn, args):
-    """A call of ``fn`` on ``args`` as the row runs it: one training step for a training row."""
+    """A call of ``fn`` on ``args`` as the row runs it: one training step for a training row,
+    its ``grad_out`` drawn once (drawing it per call would time the random number generator)."""
     if w.train:
-        return lambda: training_step(fn, args)
+        grad_out = grad_output(w.fn(*args).detach())
+        return lambda: training_step(fn, args, grad_out)
     return lambda: fn(*args)
 
 
