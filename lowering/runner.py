@@ -60,7 +60,7 @@ class LoweredGraph:
         if direct is None or self.program.sym_sources:
             return lambda *args: self.run(list(args))
         compiled, positions, constants = self.compiled, direct.positions, self.program.constants
-        identity = direct.outputs == tuple(range(len(compiled.graph.outputs)))
+        identity = direct.outputs == tuple((False, k) for k in range(len(compiled.graph.outputs)))
         kind, picks = direct.kind, direct.outputs
         plan = None
 
@@ -71,7 +71,7 @@ class LoweredGraph:
             outs = plan.run([args[i] for i in positions] + constants, compiled.poison)
             if identity:
                 return outs if kind is tuple else list(outs)
-            return kind([outs[k] for k in picks])
+            return kind([args[k] if is_arg else outs[k] for is_arg, k in picks])
         return call
 
     def run(self, args: list, compiled: CompiledGraph | None = None):
@@ -85,7 +85,7 @@ class LoweredGraph:
             if all(isinstance(t, torch.Tensor) and t.is_contiguous() and t.device.type == direct.device
                    for t in tensors):
                 outs = (compiled or self.compiled)(*tensors, *self.program.constants)
-                return direct.kind(outs[k] for k in direct.outputs)
+                return direct.kind(args[k] if is_arg else outs[k] for is_arg, k in direct.outputs)
         return self._run(args, compiled or self.compiled)
 
     def _run(self, args: list, compiled: CompiledGraph):
@@ -113,27 +113,28 @@ class LoweredGraph:
 @dataclass(frozen=True)
 class _Direct:
     """How a simple program passes arguments and results through: which arguments are its
-    tensors, and which compiled results, in a list or tuple, are its outputs."""
+    tensors, and which compiled results or arguments, in a list or tuple, are its outputs."""
 
     positions: tuple[int, ...]
-    outputs: tuple[int, ...]
+    outputs: tuple[tuple[bool, int], ...]  # (an argument passed through?, its index)
     kind: type
     device: str
 
 
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
-    argument contiguous, and returns a flat list or tuple of graph results; else None. Symbols are
+    argument contiguous, and returns a flat list or tuple of graph results and arguments (a
+    forward graph returns the inputs its backward saves); else None. Symbols are
     no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
     graph binds itself (its call plans are keyed by the shapes), and nothing else here needs them."""
     leaves_ = program.outputs
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
             or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
-            or any(not isinstance(leaf, OutputLeaf) or leaf.kind is not LeafKind.GRAPH or leaf.carrier is not None
-                   for leaf in leaves_)):
+            or any(not isinstance(leaf, OutputLeaf) or leaf.kind not in (LeafKind.GRAPH, LeafKind.ARG)
+                   or leaf.carrier is not None for leaf in leaves_)):
         return None
-    return _Direct(tuple(ti.position for ti in program.tensor_inputs), tuple(leaf.value for leaf in leaves_),
-                   type(leaves_), device)
+    return _Direct(tuple(ti.position for ti in program.tensor_inputs),
+                   tuple((leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_), type(leaves_), device)
 
 
 class BoxedGraph:

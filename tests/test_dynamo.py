@@ -436,3 +436,24 @@ def test_a_backend_given_tensors_of_another_device_says_so():
     fn = torch.compile(lambda x: x + 1, backend="loopnest", options={"backend": "cpp", "tune": "off"})
     with pytest.raises(Exception, match="backend 'cpp' runs kernels on cpu, but the inputs are on meta"):
         fn(torch.randn(3, device="meta"))
+
+
+def test_a_forward_graph_returning_the_inputs_it_saves_takes_the_direct_path():
+    recorded = []
+    f = torch.compile(lambda x, w, b: Fn.layer_norm(x, (16,), w, b), backend="loopnest",
+                      options={"recorder": recorded.append})
+    x, w, b = (torch.randn(8, 16, requires_grad=True), torch.randn(16, requires_grad=True),
+               torch.randn(16, requires_grad=True))
+    for _ in range(2):
+        got = torch.autograd.grad(f(x, w, b).sum(), (x, w, b))
+        want = torch.autograd.grad(Fn.layer_norm(x, (16,), w, b).sum(), (x, w, b))
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+    forward = recorded[0]
+    assert any(leaf.kind == "arg" for leaf in forward.program.outputs)  # x and w, saved for backward
+    assert forward._direct is not None
+    args = [x.detach(), w.detach(), b.detach()]
+    out = forward.run(args)
+    for k, leaf in enumerate(forward.program.outputs):
+        if leaf.kind == "arg":
+            assert out[k] is args[leaf.value]  # the argument itself, as AOTAutograd saved it
