@@ -281,8 +281,9 @@ class KernelWriter:
     @staticmethod
     def _row_values(exprs, em: CppEmitter) -> list[Expr]:
         """The largest subexpressions of ``exprs`` that compute from finished accumulators and
-        constants alone (a row's mean, its rsqrt): computed once before the loop, not per element. Loads
-        stay in the loop (a loop may run zero times), and so do checked integer divisions."""
+        constants alone (a row's mean, its rsqrt): computed once before the loop, not per
+        element. Loads stay in the loop (it may run zero times), and so do checked integer
+        divisions (their error is recorded only where eager would raise)."""
         found: list[Expr] = []
         ok: dict[Expr, bool] = {}
         for root in exprs:

@@ -10,9 +10,10 @@ at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (be
 2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
 
 The pass is rewritten from its emitted lines: only float32, bfloat16 and float16 stores at
-``ROW + r0`` with a row of a static multiple of the block qualify, in a pass that does not read the buffers it writes (softmax
-rescales its stored exponentials in place: those lines are in cache, and streaming over them
-lost 2.3x); anything else keeps the plain loop.
+``ROW + r0`` with a row of a static multiple of the block qualify, in a pass that does not read
+the buffers it writes (softmax rescales its stored exponentials in place: those lines are in
+cache, and streaming over them lost 2.3x); anything else keeps the plain loop. On 8192 x 2048
+bfloat16 RMSNorm, 2 cores: 4.2 -> 3.3 ms (2026-12-03).
 """
 from __future__ import annotations
 
