@@ -152,3 +152,18 @@ def test_vector_width_is_a_knob_only_where_the_cpu_has_avx512():
     assert "vector_width" not in {k.name for k in cpp_space(kernel, CPU2).knobs}
     with pytest.raises(ValueError, match="vector_width"):
         CppConfig(vector_width=128)
+
+
+def test_triton_space_of_a_kernel_reducing_across_its_rows_holds_whole_row_persistent_points():
+    """A norm's weight gradient beside its row sums runs whole rows persistently: the space tunes
+    rows per program, warps and stages only, and most of its points are valid configs."""
+    x = ln.placeholder("x", (256, 512), ln.float32)
+    graph = ln.compile([ln.sum(x, 0), ln.sum(x * 2, -1)]).graph(torch.randn(256, 512))
+    (kernel,) = schedule(graph, "k", across_rows=True).kernels
+    assert kernel.across
+    space = triton_space(kernel, H200)
+    assert {k.name for k in space.knobs} == {"XBLOCK", "num_warps", "num_stages"}
+    assert space.contains(triton_default(kernel))
+    configs = [c for _, c in space.points() if not isinstance(c, InvalidConfig)]
+    assert len(configs) >= 0.7 * space.size
+    assert all(c.strategy.value == "persistent" and c.RBLOCK == 512 and c.SPLIT == 1 for c in configs)
