@@ -351,20 +351,17 @@ class _Generator:
             for line in acc.carry(carried[acc.var], _TILE):
                 root.line(line)
         ctx = root.ctx
-        tail = "r" in ctx.masked and (start, end) == ("0", "rnumel") and self.rnumel.as_int() is not None
-        if tail:  # each chunk's hoisted lines land in root while it is emitted: before its loop
+        chunks = [(f"for roffset in range({start}, {end}, RBLOCK):", INDENT, ctx.masked)]
+        if "r" in ctx.masked and (start, end) == ("0", "rnumel") and self.rnumel.as_int() is not None:
             full = self.rnumel.as_int() // self.cfg.RBLOCK * self.cfg.RBLOCK
-            masked, ctx.masked = ctx.masked, ctx.masked - {"r"}
-            body = self._chunk(root, accs, stores, carried, end, INDENT)
-            ctx.masked = masked
-            root.line(f"for roffset in range({start}, {full}, RBLOCK):")
-            root.lines.extend(body)
-            body = self._chunk(root, accs, stores, carried, end, "")
-            root.line(f"roffset = {full}")
-            root.lines.extend(body)
-        else:
-            body = self._chunk(root, accs, stores, carried, end, INDENT)
-            root.line(f"for roffset in range({start}, {end}, RBLOCK):")
+            chunks = [(f"for roffset in range({start}, {full}, RBLOCK):", INDENT, ctx.masked - {"r"}),
+                      (f"roffset = {full}", "", ctx.masked)]
+        for header, indent, masked in chunks:
+            # the chunk's hoisted lines land in root while it is emitted: before its header
+            saved, ctx.masked = ctx.masked, masked
+            body = self._chunk(root, accs, stores, carried, end, indent)
+            ctx.masked = saved
+            root.line(header)
             root.lines.extend(body)
         for acc in accs:
             for line in acc.finish(carried[acc.var], acc.names()):
