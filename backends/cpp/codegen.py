@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 
-from ...ir import dtypes as dt
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
@@ -26,7 +25,7 @@ from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_c
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
-from .streaming import STREAMED_TYPES, streamed_pass, wants_streaming
+from .streaming import stream_types, streamed_pass, wants_streaming
 from .two_pass import two_pass_welford
 
 
@@ -512,9 +511,8 @@ class KernelWriter:
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
         if self.streaming and not mine and not deferred and len(rv) == 1:
-            types = {mangle(BUFFER, b): STORAGE[self.k.buffers[b].dtype] for b in self.k.outputs
-                     if STORAGE.get(self.k.buffers[b].dtype) in STREAMED_TYPES}
-            self.lines[pragma_at:] = streamed_pass(self.lines[pragma_at:], indent, types) or self.lines[pragma_at:]
+            streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k))
+            self.lines[pragma_at:] = streamed or self.lines[pragma_at:]
         if step is not None:
             self.out(indent, *sums.fold())
             self.out(outer, "}", *sums.finish())

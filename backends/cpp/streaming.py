@@ -21,7 +21,10 @@ import functools
 import re
 from pathlib import Path
 
+from ...ir import dtypes as dt
 from ...scheduler.kernel import Kernel
+from ..names import BUFFER, mangle
+from .ops import STORAGE
 
 LINE = 64  # bytes of one cache line, the unit of a non-temporal store
 _STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>[^;]+);$")
@@ -51,11 +54,18 @@ def wants_streaming(kernel: Kernel, mode: str) -> bool:
     return moved is not None and moved > last_level_cache_bytes()
 
 
-def streamed_pass(lines: list[str], indent: str, stream_types: dict[str, str]) -> list[str] | None:
+def stream_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
+    """The output buffers of ``kernel`` a streamed pass may store (float32, bfloat16, float16),
+    by their C name: (storage C type, bytes per element)."""
+    dtypes = {b: kernel.buffers[b].dtype for b in kernel.outputs}
+    return {mangle(BUFFER, b): (STORAGE[d], d.itemsize) for b, d in dtypes.items() if d in _STREAMED}
+
+
+def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int]]) -> list[str] | None:
     """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``r0`` from 0 to a
     static multiple of the block, its body, its closing brace) rewritten to stream its stores, or
-    None when the pass does not qualify. ``stream_types``: the storage C type of each output
-    buffer that may stream (``float``, or ``uint16_t``/``_Float16`` for the 2-byte floats)."""
+    None when the pass does not qualify. ``types``: the outputs that may stream
+    (``stream_types``)."""
     if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
         return None
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
@@ -65,7 +75,7 @@ def streamed_pass(lines: list[str], indent: str, stream_types: dict[str, str]) -
     for line in lines[2:-1]:
         store = _STORE.match(line)
         if store is not None:
-            if store["buf"] not in stream_types or "r0" in store["row"]:
+            if store["buf"] not in types or "r0" in store["row"]:
                 return None
             staged.append((store["buf"], store["row"]))
             body.append(f"  {store['indent']}st{len(staged) - 1}_[l_] = {store['value']};")
@@ -78,12 +88,12 @@ def streamed_pass(lines: list[str], indent: str, stream_types: dict[str, str]) -
         body.append("  " + line)
     if not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
         return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
-    lanes = LINE // min(_ITEMSIZE[stream_types[buf]] for buf, _ in staged)
+    lanes = LINE // min(types[buf][1] for buf, _ in staged)
     if int(header.group(1)) % lanes:
         return None
     inner = indent + "  "
     out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {lanes}) {{"]
-    out += [f"{inner}alignas(64) {stream_types[buf]} st{n}_[{lanes}];" for n, (buf, _) in enumerate(staged)]
+    out += [f"{inner}alignas(64) {types[buf][0]} st{n}_[{lanes}];" for n, (buf, _) in enumerate(staged)]
     if prefetch is not None:
         out.append(inner + prefetch)
     # counted from 0: with -fwrapv, ``r0 < rb_ + lanes`` would not tell g++ the trip count
@@ -92,12 +102,11 @@ def streamed_pass(lines: list[str], indent: str, stream_types: dict[str, str]) -
     out += body
     out.append(inner + "}")
     for n, (buf, row) in enumerate(staged):
-        per_line = LINE // _ITEMSIZE[stream_types[buf]]
+        per_line = LINE // types[buf][1]
         out += [f"{inner}ln_stream_line(&{buf}[{row} + rb_{f' + {k}' if k else ''}], &st{n}_[{k}]);"
                 for k in range(0, lanes, per_line)]
     out += [indent + "}", indent + "ln_stream_fence();"]
     return out
 
 
-_ITEMSIZE = {"float": 4, "uint16_t": 2, "_Float16": 2}
-STREAMED_TYPES = frozenset(_ITEMSIZE)
+_STREAMED = (dt.float32, dt.bfloat16, dt.float16)
