@@ -52,18 +52,22 @@ pr.disable(); pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
 """
 
 
-def call_of(w, fn, args):
-    """A call of ``fn`` on ``args`` as the row runs it: one training step for a training row,
-    its ``grad_out`` drawn once (drawing it per call would time the random number generator)."""
-    if w.train:
-        grad_out = grad_output(w.fn(*args).detach())
+def example(w, size: str, device: str = "cpu") -> tuple[tuple, torch.Tensor | None]:
+    """The row's inputs at ``size`` and, for a training row (inputs that require grad), the
+    ``grad_out`` of its steps, drawn once here (drawn per call, it would time the random number
+    generator)."""
+    if not w.train:
+        return w.inputs(size, device=device), None
+    args = w.train_inputs(size, device)
+    return args, grad_output(w.fn(*args).detach())
+
+
+def call_of(fn, args: tuple, grad_out: torch.Tensor | None):
+    """A call of ``fn`` on ``args`` as the row runs it: one training step where there is a
+    ``grad_out``."""
+    if grad_out is not None:
         return lambda: training_step(fn, args, grad_out)
     return lambda: fn(*args)
-
-
-def inputs_of(w, size: str, device: str = "cpu") -> tuple:
-    """The row's inputs at ``size``; those of a training row require grad."""
-    return w.train_inputs(size, device) if w.train else w.inputs(size, device=device)
 
 
 def host_us(call, calls: int = 2000) -> float:
@@ -106,8 +110,8 @@ def cpu_main(workloads: list[str]) -> None:
         torch._dynamo.reset()
         fns = {"eager": w.fn, "inductor": torch.compile(w.fn),
                "loopnest": torch.compile(w.fn, backend="loopnest", options=CPU_OPTIONS)}
-        args = inputs_of(w, "tiny")
-        us = cpu_host_us({k: call_of(w, fn, args) for k, fn in fns.items()})
+        tiny = example(w, "tiny")
+        us = cpu_host_us({k: call_of(fn, *tiny) for k, fn in fns.items()})
         ratios.append(us["loopnest"] / us["inductor"])
         print(f"| {name} | {us['eager']:.1f} | {us['inductor']:.1f} | {us['loopnest']:.1f} | {ratios[-1]:.2f} |",
               flush=True)
@@ -151,25 +155,25 @@ def main() -> None:
     for name in opts.workloads:
         w = WORKLOADS[name]
         torch._dynamo.reset()
-        tiny = inputs_of(w, "tiny", "cuda")
-        big = inputs_of(w, "gpu", "cuda")
+        tiny = example(w, "tiny", "cuda")
+        big = example(w, "gpu", "cuda")
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
         t0 = time.perf_counter()
         with cProfile.Profile() as pr:
-            call_of(w, ours, big)()
+            call_of(ours, *big)()
             torch.cuda.synchronize()
         cold = time.perf_counter() - t0
         if opts.profile:
             Path(opts.profile, f"cold_{name}.txt").write_text(profile_text(pr, "cumulative", 60))
-        bench = triton.testing.do_bench(call_of(w, ours, big), warmup=50, rep=300, return_mode="median") * 1e3
-        kernels = kernel_us(call_of(w, ours, big))
+        bench = triton.testing.do_bench(call_of(ours, *big), warmup=50, rep=300, return_mode="median") * 1e3
+        kernels = kernel_us(call_of(ours, *big))
         torch._dynamo.reset()  # else the tiny shapes below would recompile the graph with dynamic shapes
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
-        row = [host_us(call_of(w, fn, tiny)) for fn in (w.fn, torch.compile(w.fn), ours)]
+        row = [host_us(call_of(fn, *tiny)) for fn in (w.fn, torch.compile(w.fn), ours)]
         print(f"| {name} | {row[0]:.1f} | {row[1]:.1f} | {row[2]:.1f} | {cold:.2f} | {bench:.1f} | "
               f"{kernels:.1f} |", flush=True)
         if opts.profile:
-            call = call_of(w, ours, tiny)
+            call = call_of(ours, *tiny)
             with cProfile.Profile() as pr:
                 for _ in range(2000):
                     call()
