@@ -91,7 +91,7 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
     fns, cold, wrong = {"eager": call(w.fn)}, {}, {}
     for column, fn in compiled(w.fn, trials).items():
         got, cold[column] = timed_first_call(call(fn), ())
-        why = mismatch(got, want, dtypes, w.train)
+        why = mismatch(got, want, dtypes, w.train, w.rounds_to)
         if why is not None:
             print(f"MISMATCH {name}/{column} {why}", flush=True)
             wrong[column] = why

@@ -37,7 +37,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"
 import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
-from loopnest.autotune.workloads import (NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, float64_results,  # noqa: E402
+from loopnest.autotune.workloads import (NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, Workload, float64_results,  # noqa: E402
                                          grad_output, mismatch, result_dtypes, training_step)
 
 torch._inductor.config.fx_graph_cache = False
@@ -102,10 +102,10 @@ def variants(fn, tuned: bool, smoke: bool = False, train: bool = False) -> dict:
     return out
 
 
-def check(got, want, name: str, variant: str, dtypes: list, train: bool) -> str:
+def check(got, want, name: str, variant: str, dtypes: list, w: Workload) -> str:
     """"ok", or "WRONG" with the mismatch printed (``workloads.mismatch``: each result against
     float64 on the same inputs)."""
-    why = mismatch(got, want, dtypes, train)
+    why = mismatch(got, want, dtypes, w.train, w.rounds_to)
     if why is not None:
         print(f"MISMATCH {name}/{variant} {why}", flush=True)
         return "WRONG"
@@ -129,7 +129,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
         got = call()
         sync(device)
         result["cold_s"][variant] = time.perf_counter() - t0
-        result["status"][variant] = check(got, want, name, variant, dtypes, w.train)
+        result["status"][variant] = check(got, want, name, variant, dtypes, w)
         result["ms"][variant] = bench(call, device)
         result["memory"][variant] = memory_use(call, device)
         if w.train and device == "cuda":

@@ -60,3 +60,18 @@ def test_training_bytes_count_passes_and_weights():
     mean = WORKLOADS["mean_mid"]
     (x,) = mean.inputs("tiny")
     assert mean.min_bytes((x,), x.mean(1)) == (x.numel() + x.numel() // x.shape[1]) * 4
+
+
+def test_a_result_rounded_through_bf16_gets_the_bf16_tolerance():
+    """rmsnorm_bf16 returns bf16(x_hat) * w in float32 when w is float32: float32 differences that
+    move x_hat across a bf16 rounding boundary flip whole bf16 steps, so that result is held to
+    bf16's tolerance (``Workload.rounds_to``); every other result keeps its own."""
+    from loopnest.autotune.workloads import mismatch
+    assert WORKLOADS["rmsnorm_train_bf16"].rounds_to is torch.bfloat16
+    assert WORKLOADS["layernorm_train"].rounds_to is None
+    want = torch.randn(4096, dtype=torch.float64)
+    flipped = want.float().clone()
+    flipped[::512] *= 1 + 2 ** -8  # eight elements one bf16 step off: relative error ~2e-4
+    assert mismatch((flipped,), (want,), [torch.float32], False) is not None
+    assert mismatch((flipped,), (want,), [torch.float32], False, torch.bfloat16) is None
+    assert mismatch((flipped * 1.1,), (want,), [torch.float32], False, torch.bfloat16) is not None
