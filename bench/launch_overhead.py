@@ -1,7 +1,8 @@
 """Host overhead per call, and where compile time goes, for loopnest and Inductor on CUDA (or the CPU).
 
 1. Host time per call at tiny sizes (GPU work is a few microseconds, so back-to-back calls are
-   bound by the host): eager, Inductor default, loopnest; microseconds per call.
+   bound by the host): eager, Inductor default, loopnest; microseconds per call, the median of
+   interleaved rounds (``host_us``).
 2. At GPU sizes, loopnest's do_bench median (L2 flushed) next to the sum of its kernels' GPU
    times from ``torch.profiler`` (L2 not flushed).
 3. ``--profile DIR``: cProfile listings of (a) 2000 loopnest calls at tiny size, (b) the cold
@@ -10,9 +11,8 @@
 Run on the device: python bench/launch_overhead.py [--profile DIR] [WORKLOAD ...]
 A training row (``layernorm_train``, ...) is timed as one step: forward, then backward.
 
-``--device cpu``: only (1), for the C++ backend against eager and Inductor's C++ backend; the
-columns are timed in interleaved rounds (the median round), since the CPU is shared with their
-threads. At tiny sizes the kernels themselves take 1-10 µs, so this is host time.
+``--device cpu``: only (1), for the C++ backend against eager and Inductor's C++ backend. At
+tiny sizes the kernels themselves take 1-10 µs, so this is host time.
 """
 from __future__ import annotations
 
@@ -70,30 +70,22 @@ def call_of(fn, args: tuple, grad_out: torch.Tensor | None):
     return lambda: fn(*args)
 
 
-def host_us(call, calls: int = 2000) -> float:
-    """Microseconds per call of ``calls`` back-to-back calls (synchronized at the end)."""
-    for _ in range(50):
-        call()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def cpu_host_us(calls_by_name: dict, rounds: int = 21, calls: int = 500) -> dict[str, float]:
+def host_us(calls_by_name: dict, sync=lambda: None, rounds: int = 21, calls: int = 300) -> dict[str, float]:
     """Microseconds per call of each of ``calls_by_name``: the median of ``rounds`` interleaved
-    rounds of ``calls`` back-to-back calls."""
+    rounds of ``calls`` back-to-back calls, ``sync()`` ending each round (the GPU's queue drained
+    inside the round that filled it). Interleaved, a shared host's slow spells and the wake-ups
+    of autograd's device thread (a training step's backward runs there) hit every column alike."""
     times: dict[str, list[float]] = {k: [] for k in calls_by_name}
     for call in calls_by_name.values():
         for _ in range(50):
             call()
+    sync()
     for _ in range(rounds):
         for k, call in calls_by_name.items():
             t0 = time.perf_counter()
             for _ in range(calls):
                 call()
+            sync()
             times[k].append((time.perf_counter() - t0) / calls * 1e6)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -111,7 +103,7 @@ def cpu_main(workloads: list[str]) -> None:
         fns = {"eager": w.fn, "inductor": torch.compile(w.fn),
                "loopnest": torch.compile(w.fn, backend="loopnest", options=CPU_OPTIONS)}
         tiny = example(w, "tiny")
-        us = cpu_host_us({k: call_of(fn, *tiny) for k, fn in fns.items()})
+        us = host_us({k: call_of(fn, *tiny) for k, fn in fns.items()})
         ratios.append(us["loopnest"] / us["inductor"])
         print(f"| {name} | {us['eager']:.1f} | {us['inductor']:.1f} | {us['loopnest']:.1f} | {ratios[-1]:.2f} |",
               flush=True)
@@ -169,7 +161,9 @@ def main() -> None:
         kernels = kernel_us(call_of(ours, *big))
         torch._dynamo.reset()  # else the tiny shapes below would recompile the graph with dynamic shapes
         ours = torch.compile(w.fn, backend="loopnest", options=OPTIONS)
-        row = [host_us(call_of(fn, *tiny)) for fn in (w.fn, torch.compile(w.fn), ours)]
+        us = host_us({k: call_of(fn, *tiny) for k, fn in (('eager', w.fn), ('inductor', torch.compile(w.fn)),
+                                                         ('loopnest', ours))}, torch.cuda.synchronize)
+        row = [us['eager'], us['inductor'], us['loopnest']]
         print(f"| {name} | {row[0]:.1f} | {row[1]:.1f} | {row[2]:.1f} | {cold:.2f} | {bench:.1f} | "
               f"{kernels:.1f} |", flush=True)
         if opts.profile:
