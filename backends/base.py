@@ -28,6 +28,22 @@ Launcher = Callable[[dict, dict], None]
 Config = Any  # a backend's frozen config dataclass (to_json / from_json)
 
 
+class PositionalLaunch:
+    """A launch with its symbol values fixed (what a launcher's ``bind(syms)`` returns) that takes
+    its buffers either by name from a dict, ``launch(buffers)``, or in ``names`` order,
+    ``launch.run(*tensors)``: the form the generated call functions of ``runtime/fast_call.py``
+    use, with no dict per call."""
+
+    __slots__ = ("names", "run")
+
+    def __init__(self, names: Sequence[str], run: Callable[..., None]):
+        self.names = tuple(names)
+        self.run = run
+
+    def __call__(self, buffers: dict) -> None:
+        self.run(*[buffers[n] for n in self.names])
+
+
 @dataclass(frozen=True)
 class Artifact:
     """What ``Backend.compile`` built for some kernels of a graph: a launcher per kernel name, and

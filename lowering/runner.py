@@ -20,8 +20,11 @@ from ..ir.index import evaluate
 from ..ir.interpret import strided_view
 from ..pipeline import Tuner, compile_graph
 from ..runtime.compiled import CompiledGraph, InputError, check_tensor, restrided
+from ..runtime.fast_call import MISS
 from ..core.trees import map_leaves
 from .fx_lowering import FxLowering, LeafKind, LoweredProgram, OutputLeaf, TensorInput
+
+MAX_ENTRIES = 4  # call plans written out per graph (dynamic shapes seen at many sizes: the rest walk theirs)
 
 
 @dataclass
@@ -46,6 +49,8 @@ class LoweredGraph:
         self.stats = stats
         self._carrier = torch.empty(1, device=compiled.device) if program.carriers else None
         self._direct = _direct_outputs(program, compiled.device)
+        self._entries: list = []  # call plans written out as functions (fast_call), newest last
+        self._written: list = []  # the plans behind them (a plan that cannot be written counts)
 
     def __call__(self, *args):
         return self.run(list(args))
@@ -53,21 +58,26 @@ class LoweredGraph:
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
         devices, sizes and strides of the ones this graph was compiled for (Dynamo's tensor
-        guards): a static graph on the direct path then runs its one call plan with no checks
-        (made at the first call, which compiles what launches lazily). Anything else calls
-        ``run``, which checks and fits."""
+        guards): a static graph on the direct path then runs its one call plan, written out as a
+        function (``fast_call``) at the first call, which compiles what launches lazily. Anything
+        else calls ``run``, which checks and fits."""
         direct = self._direct
         if direct is None or self.program.sym_sources:
             return lambda *args: self.run(list(args))
         compiled, positions, constants = self.compiled, direct.positions, self.program.constants
         identity = direct.outputs == tuple((False, k) for k in range(len(compiled.graph.outputs)))
         kind, picks = direct.kind, direct.outputs
-        plan = None
+        plan = entry = None
 
         def call(*args):
-            nonlocal plan
+            nonlocal plan, entry
+            if entry is not None:
+                out = entry(args)
+                if out is not MISS:
+                    return out
             if plan is None:
                 plan = compiled.plan(compiled.check_inputs([args[i] for i in positions] + constants))
+                entry = plan.entry(positions, constants, picks, kind, compiled.poison)
             outs = plan.run([args[i] for i in positions] + constants, compiled.poison)
             if identity:
                 return outs if kind is tuple else list(outs)
@@ -79,14 +89,34 @@ class LoweredGraph:
         build of the same graph to run instead (the tuner's candidates)."""
         direct = self._direct
         if direct is not None and len(args) == self.program.num_args:
+            if compiled is None:
+                for entry in self._entries:
+                    out = entry(args)
+                    if out is not MISS:
+                        return out
             # contiguous tensors on the device, outputs that are graph results: the tensors go to
             # the compiled graph as they are (anything else takes the path below)
             tensors = [args[i] for i in direct.positions]
             if all(isinstance(t, torch.Tensor) and t.is_contiguous() and t.device.type == direct.device
                    for t in tensors):
                 outs = (compiled or self.compiled)(*tensors, *self.program.constants)
+                if compiled is None and len(self._written) < MAX_ENTRIES:
+                    self._write_entry(tensors)
                 return direct.kind(args[k] if is_arg else outs[k] for is_arg, k in direct.outputs)
         return self._run(args, compiled or self.compiled)
+
+    def _write_entry(self, tensors: list) -> None:
+        """Write out the call plan the direct path just ran (``fast_call``): later calls with
+        arguments that fit it run that function, with no walk over the plan."""
+        constants = self.program.constants
+        plan = self.compiled.call_plan(*tensors, *constants)
+        if plan is None or any(plan is p for p in self._written):
+            return
+        self._written.append(plan)
+        direct = self._direct
+        entry = plan.entry(direct.positions, constants, direct.outputs, direct.kind, self.compiled.poison)
+        if entry is not None:
+            self._entries.append(entry)
 
     def _run(self, args: list, compiled: CompiledGraph):
         p = self.program

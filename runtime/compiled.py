@@ -16,6 +16,7 @@ from ..ir.index import Index, bare_symbol, evaluate
 from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
+from . import fast_call
 
 
 class InputError(TypeError):
@@ -208,10 +209,24 @@ class CallPlan:
                       else BoundExtern(step, graph.graph.buffers, inputs, env, graph.device)
                       for step, launch in graph.steps]
         self.inputs = [b.name for b in graph.inputs]
+        self.input_shapes = [tuple(evaluate(s, env) for s in b.sizes) for b in graph.inputs]
+        self.input_dtypes = [b.dtype.torch for b in graph.inputs]
+        self.name = graph.name
         self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]
         self.device = graph.device
         self.empty = _allocator(graph.device)
         _warm_up([run.warmup for run in self.steps if hasattr(run, "warmup")])
+
+    def entry(self, positions: Sequence[int], constants: Sequence[torch.Tensor],
+              picks: Sequence[tuple[bool, int]], kind: type, poison: bool):
+        """This plan written out as one function of a caller's argument list (``fast_call.entry``),
+        or None where a step cannot be."""
+        return fast_call.entry(self, positions, constants, picks, kind, poison)
+
+    @staticmethod
+    def as_view(t: torch.Tensor, spec: tuple) -> torch.Tensor:
+        """``t`` seen through a result's view spec (``_as_view``)."""
+        return _as_view(t, spec)
 
     def run(self, args: Sequence[torch.Tensor], poison: bool) -> tuple:
         """Allocate, launch every step, return the outputs."""

@@ -96,7 +96,8 @@ def test_streamed_half_precision_rows_equal_plain_stores(dtype, offset):
     kernel = rmsnorm_kernel(19, 256, getattr(ln, str(dtype).removeprefix("torch.")))
     code = generate(kernel, CppConfig(stores="stream"))
     assert STREAMED in code and "rb_ += 32" in code  # 32 halves: one 64-byte line per block
-    inputs = {"x": torch.randn(19, 256, dtype=dtype), "w": torch.randn(256, dtype=dtype)}
+    gen = torch.Generator().manual_seed(offset)
+    inputs = {"x": torch.randn(19, 256, generator=gen).to(dtype), "w": torch.randn(256, generator=gen).to(dtype)}
     outs = []
     for stores, pad in (("stream", offset), ("plain", 0)):
         out = torch.full((19 * 256 + pad,), float("nan"), dtype=dtype)[pad:].view(19, 256)
@@ -105,7 +106,9 @@ def test_streamed_half_precision_rows_equal_plain_stores(dtype, offset):
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
     x = inputs["x"].float()
     want = (x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)).to(dtype) * inputs["w"]
-    torch.testing.assert_close(outs[0], want)
+    # float32 differences may move a normalized value across a rounding boundary of ``dtype``:
+    # one step of it (eps), rounded again by the product with w
+    torch.testing.assert_close(outs[0], want, rtol=2 * torch.finfo(dtype).eps, atol=1e-5)
 
 
 def test_rows_of_halves_that_are_not_whole_lines_keep_plain_stores():

@@ -15,7 +15,7 @@ from ...core.space import SearchSpace
 from ...core.timing import BenchOptions, Timing, time_cpu
 from ...ir.index import Index
 from ...scheduler.kernel import Kernel, signature
-from ..base import Artifact, codegen_sources, software_versions, source_digest
+from ..base import Artifact, PositionalLaunch, codegen_sources, software_versions, source_digest
 from . import compile as cc
 from . import pymodule
 from .checks import PRELUDE as CHECKS_PRELUDE
@@ -103,7 +103,7 @@ class KernelLauncher:
     def __call__(self, buffers: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
         self.bind(syms)(buffers)
 
-    def bind(self, syms: dict[str, int]) -> Callable[[dict[str, torch.Tensor]], None]:
+    def bind(self, syms: dict[str, int]) -> PositionalLaunch:
         """The launch for symbol values ``syms``."""
         raise NotImplementedError
 
@@ -124,13 +124,13 @@ class CppLauncher(KernelLauncher):
         fn, names, ptr_array, sites, name = self.fn, self.names, self.ptr_array, self.sites, self.kernel.name
         values = self.sym_array(*[syms[s] for s in self.symbols])
 
-        def launch(buffers: dict[str, torch.Tensor]) -> None:
+        def run(*tensors: torch.Tensor) -> None:
             slot = ErrorSlot()  # one per call: concurrent calls never share it
-            fn(ptr_array(*[buffers[n].data_ptr() for n in names]), values, slot)
+            fn(ptr_array(*[t.data_ptr() for t in tensors]), values, slot)
             if slot[0]:
                 raise_recorded(slot, sites, name)
 
-        return launch
+        return PositionalLaunch(names, run)
 
 
 class ModuleLauncher(KernelLauncher):
@@ -142,9 +142,9 @@ class ModuleLauncher(KernelLauncher):
         fn, names, sites, name = self.fn, self.names, self.sites, self.kernel.name
         values = [syms[s] for s in self.symbols]
 
-        def launch(buffers: dict[str, torch.Tensor]) -> None:
-            slot = fn(*[buffers[n].data_ptr() for n in names], *values)
+        def run(*tensors: torch.Tensor) -> None:
+            slot = fn(*[t.data_ptr() for t in tensors], *values)
             if slot is not None:
                 raise_recorded(slot, sites, name)
 
-        return launch
+        return PositionalLaunch(names, run)

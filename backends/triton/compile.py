@@ -140,6 +140,11 @@ class BoundLaunch:
             dtypes = [launcher.dtypes[a.name] for a in launch.args if a.kind != "sym"]
             self.steps.append(_Step(fn, programs, args, tensors, tail, options, dtypes))
         self.native = all(isinstance(step.fn, JITFunction) for step in self.steps)  # not interpreted
+        # the positional form (``run``): the device buffer first, then every other buffer once
+        self.names = tuple(dict.fromkeys([self.device_buffer] + [n for step in self.steps
+                                                                  for _, ws, n in step.tensors if not ws]))
+        position = {n: i for i, n in enumerate(self.names)}
+        self._picks = [[(k, ws, n if ws else position[n]) for k, ws, n in step.tensors] for step in self.steps]
 
     def __call__(self, buffers: dict[str, torch.Tensor]) -> None:
         t = buffers[self.device_buffer]
@@ -156,14 +161,37 @@ class BoundLaunch:
         else:
             self._launch_cuda(buffers, device)
 
+    def run(self, *tensors: torch.Tensor) -> None:
+        """The launches, with the buffers given in ``names`` order (``PositionalLaunch``'s form:
+        no dict per call). A launch on another device than the current one, or interpreted, takes
+        the path of ``__call__``."""
+        device = tensors[0].get_device() if self.native else None
+        if device is None or device != _current_device():
+            self(dict(zip(self.names, tensors)))
+            return
+        workspaces = self._workspaces()
+        stream = _current_stream(device)
+        hooked = _launch_hooks_active()
+        for step, picks in zip(self.steps, self._picks):
+            args = list(step.template)
+            for k, is_workspace, key in picks:
+                args[k] = workspaces[key] if is_workspace else tensors[key]
+            step.launch(args, device, stream, hooked)
+
+    def _workspaces(self) -> dict:
+        """This call's workspaces on the current device, through the allocator Inductor's code
+        calls (zeroed where a kernel counts on it)."""
+        if not self.workspaces:
+            return _NO_WORKSPACES
+        workspaces = {}
+        for name, dtype, numel, zeroed in self.workspaces:
+            w = workspaces[name] = _empty_cuda((numel,), (1,), dtype)
+            if zeroed:
+                w.zero_()
+        return workspaces
+
     def _launch_cuda(self, buffers: dict, device: int) -> None:
-        workspaces = _NO_WORKSPACES
-        if self.workspaces:  # on the current device, through the allocator Inductor's code calls
-            workspaces = {}
-            for name, dtype, numel, zeroed in self.workspaces:
-                w = workspaces[name] = _empty_cuda((numel,), (1,), dtype)
-                if zeroed:
-                    w.zero_()
+        workspaces = self._workspaces()
         stream = _current_stream(device)
         hooked = _launch_hooks_active()
         for step in self.steps:
@@ -247,7 +275,12 @@ _empty_cuda = allocator("cuda")  # on the current CUDA device
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Inductor's code calls
+
+
 def _current_stream(device: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device)
     return triton.runtime.driver.active.get_current_stream(device)
 
 

@@ -1,0 +1,99 @@
+"""One flat Python function per call plan: the checks, allocations, launches and results of a call
+with known shapes, written out once (as Inductor writes its ``call``) instead of walked per call.
+
+``CallPlan.run`` goes through a dict of buffers, a loop over allocations, one bound launch per
+step and a view per result; at tiny sizes that Python is most of a call's host time (and in a
+training step it runs twice, with caches cold from the kernels before it). ``entry`` writes the
+same work for one plan as straight-line code: each input's shape, dtype, device and contiguity
+compared with the plan's, each buffer a local variable, each kernel called through its
+positional launch (``backends.base.PositionalLaunch``). A step without one (an extern: an ATen
+op) gets a dict of the buffers made so far and files its results into it, as in ``run``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from ..backends.tensor_helpers import reinterpret_tensor
+
+
+class _Miss:
+    """What an entry returns when its arguments are not the ones it was written for."""
+
+    def __repr__(self) -> str:
+        return "MISS"
+
+
+MISS = _Miss()
+
+
+def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
+          picks: Sequence[tuple[bool, int]], kind: type, poison: bool) -> Callable[[list], object] | None:
+    """``fn(args)`` for ``plan``: the plan's inputs are ``args[p]`` for ``p`` in ``positions``,
+    then ``constants``; it returns ``kind`` of ``args[k]`` (``(True, k)`` in ``picks``) or the
+    plan's result ``k`` (``(False, k)``), or ``MISS`` when an input differs from the plan's
+    (shape, dtype, device type, contiguity), so the caller takes its checked path. ``poison``:
+    every buffer it allocates starts filled (``compiled.poison_value``), as in ``run``. None when
+    a step has neither a positional form nor known results."""
+    names: dict[str, str] = {}  # buffer name -> local variable
+    scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty}
+    lines, checks = [], []
+    device_flag = "is_cuda" if plan.device == "cuda" else "is_cpu"
+
+    def bind(value, prefix: str) -> str:
+        key = f"{prefix}{len(scope)}"
+        scope[key] = value
+        return key
+
+    for k, name in enumerate(plan.inputs):
+        var = names[name] = f"i{k}"
+        if k < len(positions):
+            lines.append(f"{var} = args[{positions[k]}]")
+            dtype = bind(plan.input_dtypes[k], "d")
+            checks.append(f"{var}.shape == {plan.input_shapes[k]!r} and {var}.dtype is {dtype} and "
+                          f"{var}.{device_flag} and {var}.is_contiguous()")
+        else:
+            lines.append(f"{var} = {bind(constants[k - len(positions)], 'c')}")
+    if checks:
+        lines += ["try:", "    fits = " + " and ".join(checks), "except AttributeError:  # not a tensor",
+                  "    return MISS", "if not fits:", "    return MISS"]
+    made: dict[str, tuple] = {}  # allocated buffer -> (sizes, strides)
+    def filled(fill) -> str:
+        return f".fill_({bind(fill, 'f')})" if poison else ""
+
+    for name, sizes, strides, dtype, fill in plan.allocations:
+        var = names[name] = f"b{len(names)}"
+        made[name] = (sizes, strides)
+        lines.append(f"{var} = empty({sizes!r}, {strides!r}, {bind(dtype, 'd')}){filled(fill)}")
+    if plan.views:
+        lines.append(f"arena = empty(({plan.arena},), (1,), {bind(torch.uint8, 'd')})")
+        typed = {dtype: f"a{j}" for j, dtype in enumerate(plan.arena_dtypes)}
+        lines += [f"{v} = arena.view({bind(dtype, 'd')})" for dtype, v in typed.items()]
+        for name, dtype, sizes, strides, offset, fill in plan.views:
+            var = names[name] = f"b{len(names)}"
+            made[name] = (sizes, strides)
+            lines.append(f"{var} = reinterpret({typed[dtype]}, {sizes!r}, {strides!r}, {offset}){filled(fill)}")
+    for step in plan.steps:
+        if hasattr(step, "names") and hasattr(step, "run"):
+            lines.append(f"{bind(step.run, 's')}({', '.join(names[n] for n in step.names)})")
+        elif hasattr(step, "outs"):  # an extern: by name, as CallPlan.run does
+            lines.append("buffers = {" + ", ".join(f"{n!r}: {v}" for n, v in names.items()) + "}")
+            lines.append(f"{bind(step, 's')}(buffers)")
+            for out, *_ in step.outs:
+                var = names[out] = f"b{len(names)}"
+                lines.append(f"{var} = buffers[{out!r}]")
+        else:
+            return None
+    results = []
+    for name, spec in plan.outputs:
+        plain = spec is None or (spec[2] == 0 and made.get(name) == (spec[0], spec[1]))
+        results.append(names[name] if plain else f"as_view({names[name]}, {spec!r})")
+    scope["as_view"] = plan.as_view
+    picked = [f"args[{k}]" if is_arg else results[k] for is_arg, k in picks]
+    lines.append(f"return {bind(kind, 'k')}(({', '.join(picked)}{',' if len(picked) == 1 else ''}))")
+    source = "def entry(args):\n" + "".join(f"    {line}\n" for line in lines)
+    exec(compile(source, f"<loopnest call plan {plan.name}>", "exec"), scope)  # noqa: S102
+    fn = scope["entry"]
+    fn.source = source
+    return fn
