@@ -46,6 +46,9 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         scope[key] = value
         return key
 
+    def filled(fill) -> str:
+        return f".fill_({bind(fill, 'f')})" if poison else ""
+
     for k, name in enumerate(plan.inputs):
         var = names[name] = f"i{k}"
         if k < len(positions):
@@ -59,9 +62,6 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         lines += ["try:", "    fits = " + " and ".join(checks), "except AttributeError:  # not a tensor",
                   "    return MISS", "if not fits:", "    return MISS"]
     made: dict[str, tuple] = {}  # allocated buffer -> (sizes, strides)
-    def filled(fill) -> str:
-        return f".fill_({bind(fill, 'f')})" if poison else ""
-
     for name, sizes, strides, dtype, fill in plan.allocations:
         var = names[name] = f"b{len(names)}"
         made[name] = (sizes, strides)
