@@ -131,3 +131,21 @@ def test_space_offers_split_for_rows_and_bounds_split_sync():
     with pytest.raises(InvalidConfig, match="16 multiprocessors"):
         space.config({**knobs, "SPLIT": 32, "RBLOCK": 8192})
     assert space.validate({**default, "SPLIT": 32, "RBLOCK": 8192, "strategy": "split"}).SPLIT == 32
+
+
+@pytest.mark.parametrize("shape, build, split", [
+    ((262144, 1024), lambda x: ln.sum(x, 0), 32),     # 32 row tiles: split for four programs per SM
+    ((65536, 2048), lambda x: ln.sum(x, 0), 16),      # 64 row tiles: 528 / 64 rounded up to a power of two
+    ((32768, 8192), lambda x: ln.sum(x, 0), 1),       # 256 row tiles: more than the SMs
+    ((32, 2048, 512), lambda x: ln.mean(x, 1), 1),    # 512 row tiles: enough programs already
+    ((1000, 8), lambda x: ln.sum(x, 0), 1),           # too small to pay for a second launch
+])
+def test_strided_reductions_split_when_row_tiles_are_few(shape, build, split):
+    """A reduction over a strided dim splits that dim across programs only when its row tiles
+    leave the multiprocessors idle (H200 counts, as above)."""
+    if torch.cuda.is_available() and torch.cuda.get_device_properties(0).multi_processor_count != H200.cores:
+        pytest.skip("the thresholds are an H200's")
+    cfg = registry.get("triton").default_config(_kernel(shape, build))
+    assert cfg.SPLIT == split
+    assert cfg.strategy is (Strategy.SPLIT if split > 1 else Strategy.LOOPED)
+    assert cfg.XBLOCK == min(32, shape[-1]) and cfg.RBLOCK == 32

@@ -21,6 +21,12 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   tiles, 8 warps, looped, each load contiguous along the rows (0.83; 64x64 with 4 warps, too few
   programs: 0.34). ``x.mean(1)`` on (32, 2048, 512): 0.73 (kernel time); 64x32: 0.68, 64x16 with
   4 warps: 0.52, 128x8: 0.31; the reduced dim split over 2-4 programs (split or split_sync): 0.59-0.67;
+  none of 50 looped and split tilings up to 512x4 beat 0.74 (kernel time; the same time as
+  (64, 512, 1024)'s, so this is the launch and ramp of a 134 MB kernel, not the tiling). Where the
+  row tiles give fewer programs than multiprocessors the reduced dim is split (split, a second
+  launch combining the partials) into enough programs for four per multiprocessor:
+  ``x.sum(0)`` on (262144, 1024), 32 row tiles: 0.23 looped, 0.96 split 32 ways (Inductor 0.94);
+  on (32768, 8192), 256 row tiles, it stays looped: 0.97-0.98, split 4 ways 0.97-1.00 across runs;
 * rows longer than 32768 elements that a later phase reads again to store elementwise results
   (softmax, log_softmax), or rows too few to fill the GPU (fewer than the SMs, at least 8192
   long): split_sync, each row split across programs of one launch in slices of at most 16384
@@ -59,6 +65,8 @@ SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
 FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs
+STRIDED_SPLIT_NUMEL = 1 << 22  # strided reductions smaller than this never split (a second launch)
+STRIDED_MIN_CHUNKS = 8  # RBLOCK chunks of the reduced dim each program of a split strided reduction takes at least
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
 
 
@@ -107,10 +115,7 @@ def _rows(kernel: Kernel) -> TritonConfig:
     rows = product(kernel.pdomain).as_int()
     row = product(kernel.rdomain).as_int()
     if _strided_reduction(kernel):
-        rblock = min(next_pow2(row), 32) if row else 32
-        xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
-        strategy = Strategy.PERSISTENT if row is not None and row <= rblock else Strategy.LOOPED
-        return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=strategy)
+        return _strided(rows, row)
     split = 1 if kernel.across else _row_split(rows, row, _rereads(kernel))
     rblock = next_pow2(-(-row // split)) if split > 1 else 0
     if split > 1 and _nonempty(row, split, rblock) > 1:
@@ -126,6 +131,31 @@ def _rows(kernel: Kernel) -> TritonConfig:
     if any(r.op is ReduceOp.EXP_SUM for r in online_softmax(kernel).reductions):
         return TritonConfig(XBLOCK=1, RBLOCK=ONLINE_RBLOCK, num_warps=8, num_stages=2, strategy=Strategy.LOOPED)
     return TritonConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=16, strategy=Strategy.LOOPED)
+
+
+def _strided(rows: int | None, row: int | None) -> TritonConfig:
+    """Strided reductions: 32x32 tiles, looped; the reduced dim split when the rows' tiles give
+    fewer programs than multiprocessors (see the module docstring)."""
+    rblock = min(next_pow2(row), 32) if row else 32
+    xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
+    if row is not None and row <= rblock:
+        return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.PERSISTENT)
+    split = _strided_split(rows, row, xblock, rblock)
+    if split > 1:
+        return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.SPLIT, SPLIT=split)
+    return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.LOOPED)
+
+
+def _strided_split(rows: int | None, row: int | None, xblock: int, rblock: int) -> int:
+    """Programs per row tile for a strided reduction: enough for four per multiprocessor when
+    the row tiles give fewer programs than multiprocessors, each taking at least ``STRIDED_MIN_CHUNKS`` chunks of the
+    reduced dim; 1 for kernels too small to pay for the second launch."""
+    if rows is None or row is None or rows * row < STRIDED_SPLIT_NUMEL:
+        return 1
+    programs, sms = -(-rows // xblock), sm_count()
+    if programs >= sms:
+        return 1
+    return min(next_pow2(-(-4 * sms // programs)), _prev_pow2(row // (rblock * STRIDED_MIN_CHUNKS)))
 
 
 def _rereads(kernel: Kernel) -> bool:
