@@ -77,11 +77,12 @@ def test_a_column_reduction_that_also_stores_elements():
     ((65536, 64), 2, True),     # one chunk of 64 columns: one busy thread
     ((65536, 256), 2, True),    # chunks of 128 columns: rows read in 512-byte runs
     ((8192, 4096), 2, False),   # chunks of 2048 columns: 8 KB runs, half the partials in L1
-    ((8192, 1024), 2, False),   # chunks of 512
+    ((8192, 1024), 2, True),    # chunks of 512, but 4 KB of partials: rows split
+    ((8192, 2048), 2, True),    # 8 KB of partials
     ((8192, 5000), 2, False),   # the partials of every column exceed L1
     ((8192, 1024), 1, False),   # one thread: nothing to split
 ])
-def test_auto_splits_rows_where_chunks_would_idle_threads_or_read_short_runs(shape, threads, split):
+def test_auto_splits_rows_where_chunks_would_idle_threads_read_short_runs_or_partials_are_small(shape, threads, split):
     kernel = column_kernel(shape, REDUCTIONS["sum"][0])
     assert (SPLIT in generate(kernel, CppConfig(threads=threads))) is split
     assert SPLIT not in generate(kernel, CppConfig(threads=threads, chunk=64)), "a chunk set by hand is kept"

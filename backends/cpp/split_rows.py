@@ -23,6 +23,7 @@ from .params import CppConfig
 
 PARTIALS_BYTES = 16 << 10  # one thread's partial states of every column, in L1 beside the rows
 SHORT_CHUNK = 512  # columns: chunks narrower than this read rows in runs too short to stream
+SMALL_PARTIALS_BYTES = 8 << 10  # partials this small leave L1 to the rows: split rows whatever the chunks
 
 
 def column_state_bytes(kernel: Kernel) -> int:
@@ -49,7 +50,10 @@ def splits_rows(kernel: Kernel, config: CppConfig, chunk: int, threads: int) -> 
     Measured on 2 cores (bench/RESULTS.md, 2026-12-02 11:55): rows split beat chunks of 128
     columns by 1.18x and single chunks of 16-64 columns (one busy thread) by 1.09-1.32x, tied
     chunks of 512, and lost to chunks of 1024-2048 by 1.08-1.15x (16 KB of partials per thread
-    then share L1 with the streaming rows)."""
+    then share L1 with the streaming rows). On a 2-core AMD EPYC (Zen 4, 2026-12-04, kernel time,
+    interleaved), rows split beat chunks of half the columns by 1.48-1.93x where the partials
+    take at most SMALL_PARTIALS_BYTES (x.sum(0) over 128-2048 float32 columns, 67-537 MB) and tied
+    at 16 KB (4096 columns: 1.06x), so they are split whenever their partials are that small."""
     if config.column_split == "chunks" or not can_split_rows(kernel):
         return False
     if config.column_split == "rows":
@@ -57,7 +61,8 @@ def splits_rows(kernel: Kernel, config: CppConfig, chunk: int, threads: int) -> 
     if config.chunk or threads < 2:
         return False
     columns = kernel.pdomain[0].as_int()
-    return -(-columns // chunk) < threads or chunk < min(columns, SHORT_CHUNK)
+    return (-(-columns // chunk) < threads or chunk < min(columns, SHORT_CHUNK)
+            or columns * column_state_bytes(kernel) <= SMALL_PARTIALS_BYTES)
 
 
 def write_split_rows(w) -> None:
