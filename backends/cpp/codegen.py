@@ -17,6 +17,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
+from . import column_rows
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
@@ -570,19 +571,25 @@ class KernelWriter:
             rv = self.k.rvars()
             sums = BlockedSums(mine, str(width), "w_")
             step = column_step(self.c, self.k.rdomain) if sums else None
-            if step is None:
-                inner = self.open_loops(rv, self.k.rdomain, indent)
-            else:
+            head = ("#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {", f"  const int64_t {last} = pc_ + j;")
+
+            def body(at: str) -> None:
+                self.body(at, accs, mine, stores, self.flat_r(), count=f"{self.flat_r()} + 1")
+
+            lo, hi, blocks = "0", self.c(self.k.rdomain[0]), indent
+            if step is not None:
                 self.out(indent, *sums.declare())
-                blocks, lo, hi = open_blocks(self, indent, "0", self.c(self.k.rdomain[0]), step)
+                blocks, lo, hi = open_blocks(self, indent, lo, hi, step)
+            if len(rv) == 1:
+                column_rows.write_rows(self, blocks, as_var(rv[0]).name, lo, hi, head, body, column_rows.ROWS_PER_PASS)
+            else:
                 r0 = as_var(rv[0]).name
                 self.out(blocks, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
                 inner = self.open_loops(rv[1:], self.k.rdomain[1:], blocks + "  ")
-            self.out(inner, "#pragma omp simd", "for (int64_t j = 0; j < w_; ++j) {",
-                     f"  const int64_t {last} = pc_ + j;")
-            self.body(inner + "  ", accs, mine, stores, self.flat_r(), count=f"{self.flat_r()} + 1")
-            self.out(inner, "}")
-            self.close_loops(len(rv), inner)
+                self.out(inner, *head)
+                body(inner + "  ")
+                self.out(inner, "}")
+                self.close_loops(len(rv), inner)
             if step is not None:
                 self.out(blocks, *sums.fold())
                 self.out(indent, "}", *sums.finish())

@@ -19,6 +19,7 @@ from .accumulators import Accumulator
 from .across import close_partials, open_partials, thread_total
 from .blocked_sums import BlockedSums, column_step, open_blocks
 from .checks import rows_may_split
+from . import column_rows
 from .params import CppConfig
 
 PARTIALS_BYTES = 16 << 10  # one thread's partial states of every column, in L1 beside the rows
@@ -88,14 +89,23 @@ def write_split_rows(w) -> None:
     if step is not None:
         w.out(indent, *sums.declare())
         rows, lo, hi = open_blocks(w, indent, lo, hi, step)
-    w.out(rows, f"for (int64_t {first} = {lo}; {first} < {hi}; ++{first}) {{")
-    inner = w.open_loops(rv[1:], k.rdomain[1:], rows + "  ")
-    w.out(inner, "#pragma omp simd", f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
+    head = ("#pragma omp simd", f"for (int64_t j = 0; j < ({columns}); ++j) {{", f"  const int64_t {column} = j;")
     count = f"{w.flat_r()} - lo_ * ({w.c(product(k.rdomain[1:]))}) + 1"  # elements this thread's states hold
-    w.body(inner + "  ", accs, mine, stores, w.flat_r(), count=count)
-    w.out(inner, "}")
-    w.close_loops(len(rv) - 1, inner)
-    w.out(rows, "}")
+
+    def body(at: str) -> None:
+        w.body(at, accs, mine, stores, w.flat_r(), count=count)
+
+    if len(rv) == 1:
+        wide = k.pdomain[0].as_int() * column_state_bytes(k) > SMALL_PARTIALS_BYTES
+        column_rows.write_rows(w, rows, first, lo, hi, head, body, column_rows.ROWS_PER_PASS if wide else 1)
+    else:
+        w.out(rows, f"for (int64_t {first} = {lo}; {first} < {hi}; ++{first}) {{")
+        inner = w.open_loops(rv[1:], k.rdomain[1:], rows + "  ")
+        w.out(inner, *head)
+        body(inner + "  ")
+        w.out(inner, "}")
+        w.close_loops(len(rv) - 1, inner)
+        w.out(rows, "}")
     if step is not None:
         w.out(rows, *sums.fold())
         w.out(indent, "}", *sums.finish())

@@ -1,0 +1,60 @@
+"""C++ column reductions fold several rows per pass over their partial states
+(``column_rows.py``): bit-identical to one row per pass, remainder rows included, for chunks of
+columns and for rows split across threads, and used by the split-rows code only where its
+partials outgrow L1."""
+import pytest
+import torch
+
+import loopnest as ln
+from loopnest.backends.cpp import column_rows
+from loopnest.backends.cpp.codegen import generate
+from loopnest.backends.cpp.params import CppConfig
+from test_backends import kernels_of
+from test_cpp_split_rows import REDUCTIONS, column_kernel, run
+
+FOLDED = f"p_ + {column_rows.ROWS_PER_PASS} <="  # the loop over groups of rows
+
+
+def outputs(kernel, config, a, monkeypatch, per_pass):
+    with monkeypatch.context() as m:
+        m.setattr(column_rows, "ROWS_PER_PASS", per_pass)
+        return run(kernel, config, a)
+
+
+@pytest.mark.parametrize("split", ["chunks", "rows"])
+@pytest.mark.parametrize("shape", [(1003, 37), (7, 3001), (4098, 520), (3, 16)])
+@pytest.mark.parametrize("kind", sorted(REDUCTIONS))
+def test_rows_per_pass_give_the_results_of_one_row_per_pass(kind, shape, split, monkeypatch):
+    build, eager = REDUCTIONS[kind]
+    kernel = column_kernel(shape, build)
+    a = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    config = CppConfig(threads=2, column_split=split)
+    folded = outputs(kernel, config, a, monkeypatch, column_rows.ROWS_PER_PASS)
+    for got, one, want in zip(folded, outputs(kernel, config, a, monkeypatch, 1), eager(a.double())):
+        assert torch.equal(got, one), "the same additions in the same order"
+        if got.dtype == torch.int64:
+            assert torch.equal(got, want)
+        else:
+            torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=1e-6 * shape[0])
+
+
+@pytest.mark.parametrize("shape, split, folded", [
+    ((4096, 512), "chunks", True),   # chunks read rows in short runs: several rows are concurrent streams
+    ((4096, 512), "rows", False),    # 2 KB of partials stay in L1: one row per pass measured faster
+    ((4096, 3001), "rows", True),    # 12 KB of partials share L1 with the rows
+])
+def test_rows_are_folded_for_chunks_and_for_split_rows_with_partials_beyond_l1(shape, split, folded):
+    code = generate(column_kernel(shape, REDUCTIONS["sum"][0]), CppConfig(threads=2, column_split=split))
+    assert (FOLDED in code) is folded
+
+
+def test_a_column_reduction_that_also_stores_elements_folds_its_rows(monkeypatch):
+    x = ln.placeholder("x", (1001, 300), ln.float32)
+    kernel = next(k for k in kernels_of([ln.exp(x) * 2, ln.sum(ln.exp(x), 0)], [x]) if k.reductions)
+    config = CppConfig(threads=2, column_split="chunks")
+    assert FOLDED in generate(kernel, config)
+    a = torch.randn(1001, 300)
+    expect = {tuple(o.shape): o for o in (a.exp() * 2, a.exp().sum(0))}
+    for got, one in zip(run(kernel, config, a), outputs(kernel, config, a, monkeypatch, 1)):
+        assert torch.equal(got, one)
+        torch.testing.assert_close(got, expect[tuple(got.shape)], rtol=1e-5, atol=1e-4)
