@@ -58,3 +58,20 @@ def test_a_column_reduction_that_also_stores_elements_folds_its_rows(monkeypatch
     for got, one in zip(run(kernel, config, a), outputs(kernel, config, a, monkeypatch, 1)):
         assert torch.equal(got, one)
         torch.testing.assert_close(got, expect[tuple(got.shape)], rtol=1e-5, atol=1e-4)
+
+
+
+
+@pytest.mark.parametrize("split", ["chunks", "rows"])
+def test_two_passes_over_the_rows_of_one_kernel_compile_and_match_eager(split):
+    """Batch norm's shape: the statistics' pass over the rows, then the pass that writes the
+    shifted rows, both folding rows in one scope (each declares its row counter in a block of
+    its own)."""
+    x = ln.placeholder("x", (1001, 300), ln.float32)
+    shifted = x - ln.max(x, 0)
+    kernel = next(k for k in kernels_of([shifted], [x]) if k.reductions)
+    config = CppConfig(threads=2, column_split=split)
+    assert generate(kernel, config).count(FOLDED) == 2
+    a = torch.randn(1001, 300, generator=torch.Generator().manual_seed(5))
+    (got,) = run(kernel, config, a)
+    assert torch.equal(got, a - a.amax(0))

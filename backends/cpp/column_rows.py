@@ -28,15 +28,23 @@ def write_rows(w, indent: str, row: str, lo: str, hi: str, head: Sequence[str],
     loop over columns (closed here); ``body(indent)`` writes one row's updates for the row index
     named ``row``, which each copy binds in a block of its own."""
     if per_pass > 1:
-        w.out(indent, f"int64_t {row}p_ = {lo};", f"for (; {row}p_ + {per_pass} <= {hi}; {row}p_ += {per_pass}) {{")
-        w.out(indent + "  ", *head)
+        # A block of its own: a kernel may reduce several groups of columns in one scope.
+        w.out(indent, "{", f"  int64_t {row}p_ = {lo};", f"  for (; {row}p_ + {per_pass} <= {hi}; {row}p_ += {per_pass}) {{")
+        w.out(indent + "    ", *head)
         for k in range(per_pass):
-            w.out(indent + "    ", f"{{ const int64_t {row} = {row}p_ + {k};")
-            body(indent + "      ")
-            w.out(indent + "    ", "}")
+            w.out(indent + "      ", f"{{ const int64_t {row} = {row}p_ + {k};")
+            body(indent + "        ")
+            w.out(indent + "      ", "}")
+        w.out(indent + "    ", "}")
         w.out(indent + "  ", "}")
+        _write_one_per_pass(w, indent + "  ", row, f"{row}p_", hi, head, body)
         w.out(indent, "}")
-        lo = f"{row}p_"
+    else:
+        _write_one_per_pass(w, indent, row, lo, hi, head, body)
+
+
+def _write_one_per_pass(w, indent: str, row: str, lo: str, hi: str, head: Sequence[str],
+                        body: Callable[[str], None]) -> None:
     w.out(indent, f"for (int64_t {row} = {lo}; {row} < {hi}; ++{row}) {{")
     w.out(indent + "  ", *head)
     body(indent + "    ")
