@@ -64,7 +64,7 @@ OPS: dict[Op, Callable[..., torch.Tensor]] = {
     Op.NEG: lambda a: a if a.dtype == torch.bool else torch.neg(a),
     Op.ABS: lambda a: a if a.dtype == torch.bool else torch.abs(a),
     Op.RECIPROCAL: torch.reciprocal, Op.SIGN: torch.sign,
-    Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.EXPM1: torch.expm1, Op.LOG: torch.log,
+    Op.EXP: torch.exp, Op.EXP_FTZ: lambda a: torch.where(a < -87, 0, torch.exp(a)), Op.EXP2: torch.exp2, Op.EXPM1: torch.expm1, Op.LOG: torch.log,
     Op.LOG2: torch.log2, Op.LOG10: torch.log10, Op.LOG1P: torch.log1p, Op.SQRT: torch.sqrt,
     Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin, Op.COS: torch.cos, Op.TAN: torch.tan,
     Op.ASIN: torch.asin, Op.ACOS: torch.acos, Op.ATAN: torch.atan, Op.SINH: torch.sinh,

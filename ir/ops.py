@@ -33,6 +33,9 @@ class Op(Enum):
     SIGN = (1, "-1, 0 or 1; 0 for 0 and for NaN, like torch.sign")
     # transcendental
     EXP = (1, "e ** a")
+    EXP_FTZ = (1, "e ** a where a >= -87; where a < -87 (e ** a < 2 ** -125), e ** a or 0, as the backend "
+                  "finds fastest. The terms of a softmax sum, exp(x - max(x)), whose sum is at least 1 "
+                  "(scheduler/online_softmax.flush_exp_terms); never makes a subnormal float")
     EXP2 = (1, "2 ** a")
     EXPM1 = (1, "e ** a - 1, accurate near 0")
     LOG = (1, "natural log")
@@ -102,14 +105,14 @@ LOGICAL = frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT})
 BITWISE = frozenset({Op.BITAND, Op.BITOR, Op.BITXOR, Op.BITNOT, Op.LSHIFT, Op.RSHIFT})
 # Ops that are only defined on floating point; integer inputs are promoted to float first.
 FLOAT_ONLY = frozenset({
-    Op.TRUEDIV, Op.ATAN2, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SQRT,
+    Op.TRUEDIV, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SQRT,
     Op.RSQRT, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH,
     Op.ASINH, Op.ACOSH, Op.ATANH, Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV, Op.RECIPROCAL,
 })
 INT_ONLY = BITWISE
 # Ops that cost a library call or a long polynomial each (not a single instruction).
 TRANSCENDENTAL = frozenset({
-    Op.POW, Op.ATAN2, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS,
+    Op.POW, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS,
     Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH,
     Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV,
 })

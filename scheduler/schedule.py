@@ -8,6 +8,7 @@ from .fusion import AcrossRows, always, build_kernel, extern_buffers, group_node
 from .kernel import Kernel
 from .memory import MemoryPlan, plan_memory
 from .one_hot import fold_one_hot_sums
+from .online_softmax import flush_exp_terms
 
 Step = Kernel | Extern
 
@@ -55,7 +56,7 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
         needed = {b for b in produced if b in outputs or b in externs_read or b in read_elsewhere}
         if not needed:
             continue  # dead code
-        kernel = fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}"))
+        kernel = flush_exp_terms(fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")))
         kernel_count += 1
         steps.append(kernel)
         stored |= set(kernel.outputs)

@@ -104,3 +104,13 @@ def test_float64_keeps_libm():
     assert "ln_expf(" not in source and "LN_VECMATH" not in source
     a = torch.randn(33, 17, dtype=torch.float64)
     torch.testing.assert_close(ln.compile(ln.exp(x), backend="cpp")(a), torch.exp(a), rtol=1e-15, atol=0)
+
+
+def test_exp_ftz_flushes_below_minus_87_and_is_exp_above():
+    """The softmax sum's exp: exp where x >= -87, 0 below (never a subnormal result)."""
+    x = np.array([-86.99, -87.0, -87.01, -87.3365, -100.0, -103.98, -np.inf, np.nan, 0.0, 88.0], np.float32)
+    got = probe.run("ln_expf_ftz", x)
+    assert np.array_equal(got[2:7], np.zeros(5, np.float32))
+    assert np.isnan(got[7]) and got[8] == 1.0
+    assert np.array_equal(got[[0, 1, 9]], probe.run("ln_expf", x[[0, 1, 9]]))
+    assert (got[np.isfinite(got)] == 0).sum() + (np.abs(got[np.isfinite(got)]) >= 2.0**-126).sum() == 9

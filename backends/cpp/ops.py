@@ -76,8 +76,8 @@ RENDER: dict[Op, Callable[..., str]] = {
 # instead of the scalar functions (8 floats per call). Float ops in ``VECMATH`` call loopnest's
 # own vector math instead (``vecmath.h``); names starting ``ln_`` are prelude functions.
 LIBM = {
-    Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG2: "log2",
-    Op.LOG10: "log10", Op.LOG1P: "log1p", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
+    Op.EXP: "exp", Op.EXP_FTZ: "ln_exp_ftz", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log",
+    Op.LOG2: "log2", Op.LOG10: "log10", Op.LOG1P: "log1p", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
     Op.ASIN: "asin", Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh", Op.COSH: "cosh",
     Op.TANH: "tanh", Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh", Op.ERF: "erf",
     Op.ERFC: "erfc", Op.SIGMOID: "ln_sigmoid",
@@ -87,7 +87,7 @@ LIBM = {
 # LIBMVEC_FIRST use libmvec where it is installed: its tanhf measured faster than ln_tanhf
 # (bf16 tanh-GELU 4096x4096 on a 16-core AVX-512 Xeon: 2.3-2.6 ms against 3.6-4.5 ms).
 VECMATH = {
-    Op.EXP: ("ln_expf", "exp_"), Op.LOG: ("ln_logf", "log_"), Op.TANH: ("ln_tanhf", "tanh_"),
+    Op.EXP: ("ln_expf", "exp_"), Op.EXP_FTZ: ("ln_expf_ftz", "exp_ftz_"), Op.LOG: ("ln_logf", "log_"), Op.TANH: ("ln_tanhf", "tanh_"),
     Op.ERF: ("ln_erff", "erf_"), Op.SIGMOID: ("ln_sigmoidf", "sigmoid_"),
 }
 LIBMVEC_FIRST = frozenset({Op.TANH})
@@ -211,6 +211,7 @@ static inline double ln_abs(double a) { return std::fabs(a); }
 template <class T> static inline T ln_sign(T a) { return (T)((a > 0) - (a < 0)); }
 template <class T> static inline bool ln_isinf(T a) { return std::isinf(a); }
 template <class T> static inline T ln_rsqrt(T a) { return (T)1 / std::sqrt(a); }
+template <class T> static inline T ln_exp_ftz(T a) { return a < (T)-87 ? (T)0 : std::exp(a); }
 template <class T> static inline T ln_sigmoid(T a) { return (T)1 / ((T)1 + std::exp(-a)); }
 template <class T> static inline bool ln_minus_one(T b) {  // x / -1 traps at the minimum on x86
   if constexpr (std::is_signed_v<T>) return b == -1; else return false;

@@ -18,6 +18,7 @@ from dataclasses import replace
 from ...ir.expr import Apply, Expr, Load, rewrite, walk
 from ...ir.index import lone_atom
 from ...ir.nodes import KStore
+from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from .ops import LIBM
 
@@ -27,6 +28,29 @@ def reuse_stored_values(kernel: Kernel) -> Kernel:
     ``kernel`` itself when nothing is worth it."""
     if not kernel.pdomain or not kernel.reductions:
         return kernel
+    exact = _exact_exps(kernel)
+    reused = _reuse(exact)
+    return reused if reused is not exact else kernel
+
+
+def _exact_exps(kernel: Kernel) -> Kernel:
+    """``kernel`` with a softmax sum's ``exp_ftz(a)`` (``scheduler/online_softmax.flush_exp_terms``)
+    back to ``exp(a)`` where a store computes ``exp(a)``: one exact exp per element, stored and
+    summed, costs less than a flushed one for the sum and an exact one for the store."""
+    stored = {n for s in kernel.elem_stores for n in walk(s.value)}
+
+    def exact(n: Expr, _) -> Expr | None:
+        if isinstance(n, Apply) and n.op is Op.EXP_FTZ and (e := Apply(Op.EXP, n.args, n.dtype)) in stored:
+            return e
+        return None
+
+    bodies = [rewrite(r.body, exact) for r in kernel.reductions]
+    if all(b is r.body for b, r in zip(bodies, kernel.reductions)):
+        return kernel
+    return replace(kernel, reductions=[replace(r, body=b) for r, b in zip(kernel.reductions, bodies)])
+
+
+def _reuse(kernel: Kernel) -> Kernel:
     loop_vars = {lone_atom(v) for v in kernel.pvars() + kernel.rvars()}
     read = set(kernel.inputs)
     computed = _computed_by_phase(kernel)

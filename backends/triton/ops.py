@@ -90,7 +90,7 @@ PORTABLE: dict[Op, Render] = {
     Op.ABS: _identity_on_bool(_fn("tl.abs")),
     Op.RECIPROCAL: lambda a, _d: f"(1.0 / {a[0]})",
     Op.SIGN: _by_kind(flt=_fn("ln_sign_float"), integer=_int_sign, boolean=lambda a, _d: a[0]),
-    Op.EXP: _fn("tl.exp"), Op.EXP2: _fn("tl.exp2"), Op.EXPM1: _fn("ln_expm1"),
+    Op.EXP: _fn("tl.exp"), Op.EXP_FTZ: _fn("tl.exp"), Op.EXP2: _fn("tl.exp2"), Op.EXPM1: _fn("ln_expm1"),
     Op.LOG: _fn("tl.log"), Op.LOG2: _fn("tl.log2"),
     Op.LOG10: lambda a, _d: f"(tl.log2({a[0]}) * 0.30102999566398120)",
     Op.LOG1P: _fn("ln_log1p"), Op.SQRT: _fn("tl.sqrt"), Op.RSQRT: _fn("tl.rsqrt"),
