@@ -12,6 +12,7 @@ import torch
 import loopnest as ln
 from loopnest.backends import registry
 from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.triton import codegen
 from loopnest.backends.triton.codegen import generate, one_pass_statistics
 from loopnest.backends.triton.params import TritonConfig
 from loopnest.backends.triton.settings import TritonSettings
@@ -82,7 +83,7 @@ def test_other_sums_of_exp_are_left_alone():
     assert online_softmax(kernel) is kernel
 
 
-def test_triton_applies_it_only_where_each_phase_reads_the_row_again_from_memory():
+def test_triton_applies_it_except_to_persistent_rows():
     kernel = _kernel(softmax)
     settings = TritonSettings(interpret=True, debug=False)
     configs = {"persistent": TritonConfig(XBLOCK=1, RBLOCK=256, strategy="persistent"),
@@ -91,7 +92,7 @@ def test_triton_applies_it_only_where_each_phase_reads_the_row_again_from_memory
                "sync_whole": TritonConfig(XBLOCK=1, RBLOCK=128, strategy="split_sync", SPLIT=2),
                "sync_looped": TritonConfig(XBLOCK=1, RBLOCK=32, strategy="split_sync", SPLIT=2)}
     fused = {name: one_pass_statistics(kernel, c) for name, c in configs.items()}
-    assert fused == {"persistent": False, "looped": True, "split": True, "sync_whole": False, "sync_looped": True}
+    assert fused == {"persistent": False, "looped": True, "split": True, "sync_whole": True, "sync_looped": True}
     looped = generate(kernel, configs["looped"], settings).source
     assert looped.count("for roffset in range(") == 2 and "_top = tl.maximum(acc0_lanes_max, tl.reduce(" in looped
     assert "_top" not in generate(kernel, configs["persistent"], settings).source
@@ -103,7 +104,26 @@ def test_triton_applies_it_only_where_each_phase_reads_the_row_again_from_memory
 def _forced(strategy):
     if strategy == "looped":
         return lambda k: TritonConfig(XBLOCK=2, RBLOCK=16, strategy="looped", num_warps=2)
+    if strategy == "subrows":  # one row per program: chunks of 4 sub-rows (SUBROW patched to 8)
+        return lambda k: TritonConfig(XBLOCK=1, RBLOCK=32, strategy="looped", num_warps=2)
     return lambda k: TritonConfig(XBLOCK=2, RBLOCK=16, strategy="split", SPLIT=3, num_warps=2)
+
+
+@pytest.fixture(params=["looped", "split", "subrows"])
+def strategy(request, monkeypatch):
+    """Each strategy that takes the statistics in one pass; sub-rows of 8 elements for "subrows"."""
+    monkeypatch.setattr(codegen, "SUBROW", 8)
+    return request.param
+
+
+def test_looped_rows_of_one_program_take_their_statistics_in_sub_rows(monkeypatch):
+    monkeypatch.setattr(codegen, "SUBROW", 8)
+    kernel = _kernel(log_softmax)
+    settings = TritonSettings(interpret=True, debug=False)
+    source = generate(kernel, _forced("subrows")(kernel), settings).source
+    assert "rsub = tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :]" in source
+    assert "_lanes_max = tl.full([4, 1]" in source
+    assert "rsub" not in generate(kernel, _forced("looped")(kernel), settings).source  # two rows per program
 
 
 EAGER = {"softmax": lambda a: torch.softmax(a, 1), "log_softmax": lambda a: torch.log_softmax(a, 1),
@@ -111,7 +131,6 @@ EAGER = {"softmax": lambda a: torch.softmax(a, 1), "log_softmax": lambda a: torc
 PROGRAMS = {"softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp}
 
 
-@pytest.mark.parametrize("strategy", ["looped", "split"])
 @pytest.mark.parametrize("fn", list(PROGRAMS))
 def test_one_pass_statistics_match_eager_at_the_edges(fn, strategy):
     x = ln.placeholder("x", (ROWS, COLS), ln.float32)
@@ -120,7 +139,6 @@ def test_one_pass_statistics_match_eager_at_the_edges(fn, strategy):
     check(out, EAGER[fn](a))
 
 
-@pytest.mark.parametrize("strategy", ["looped", "split"])
 def test_one_pass_cross_entropy_matches_eager(strategy):
     x = ln.placeholder("x", (ROWS, COLS), ln.float32)
     t = ln.placeholder("t", (ROWS, 1), ln.int64)

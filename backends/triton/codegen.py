@@ -47,6 +47,7 @@ INDEX32_LIMIT = 2 ** 31
 _HEADER = "import triton\nimport triton.language as tl\n"
 _LIBDEVICE = "from triton.language.extra import libdevice\n"
 _ROW, _TILE, _COLS = "[XBLOCK, 1]", "[XBLOCK, RBLOCK]", "[1, RBLOCK]"
+SUBROW = 128  # elements of a looped row's sub-row (``_Generator._subrows``)
 ACROSS_PROGRAMS = 264   # programs of a row kernel with reductions across rows (two per H200 multiprocessor)
 COLS_BLOCK, PARTS_BLOCK = 32, 64  # columns and partials per step of the combine over programs
 _XR = frozenset({"x", "r"})
@@ -141,15 +142,12 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
 def one_pass_statistics(kernel: Kernel, config: TritonConfig) -> bool:
     """Whether ``kernel`` takes its softmax statistics in one reduction under ``config``: where
     each phase reads its row from memory again (looped and split strategies, split_sync slices
-    longer than one block), which saves a pass. Not where a block of the row stays in registers
-    (persistent rows, split_sync slices of one block): there the phases share their loads and
-    exps, and the H200 ran split_sync rows 13-45x slower with the statistics fused
-    (few_rows_logsoftmax 0.097 -> 4.37 ms, wide_softmax 0.341 -> 17.4 ms)."""
-    if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
-        return False
-    rnumel = product(kernel.rdomain).as_int()
-    return not (config.strategy is Strategy.SPLIT_SYNC and rnumel is not None
-                and rnumel <= config.SPLIT * config.RBLOCK)
+    longer than one block), which saves a pass, and where a row's programs meet at a barrier per
+    statistic (split_sync slices of one block), which saves a barrier: (max, sum) of each slice
+    meet once (H200, a hand-written kernel: log_softmax over 128 x 262144 0.65 -> 0.77 of copy,
+    softmax over 1024 x 131072 0.73 -> 0.94; bench/row_variants.py). Not for persistent rows,
+    whose block stays in registers with no barrier to save."""
+    return bool(kernel.reductions) and config.strategy is not Strategy.PERSISTENT
 
 
 class _Generator:
@@ -314,15 +312,15 @@ class _Generator:
         em.line("if IDX64:")
         em.line(f"{INDENT}rbase = rbase.to(tl.int64)")
 
-    def _tile(self, em: TritonEmitter, acc: TritonAccumulator) -> str:
-        """The reduction's element values as a full ``[XBLOCK, RBLOCK]`` tile of its value type."""
+    def _tile(self, em: TritonEmitter, acc: TritonAccumulator, tile: str = _TILE) -> str:
+        """The reduction's element values as a full tile (``[XBLOCK, RBLOCK]``) of its value type."""
         e, vt = acc.r.body, acc.value_type
         name, deps = em.emit(e), em.ctx.deps(e)
         if not deps:
-            return em.assign(f"tl.full({_TILE}, {name}, {vt})", "v")
+            return em.assign(f"tl.full({tile}, {name}, {vt})", "v")
         value = name if tl_type(e.dtype) == vt else f"{name}.to({vt})"
         if deps != _XR:
-            value = f"tl.broadcast_to({value}, {_TILE})"
+            value = f"tl.broadcast_to({value}, {tile})"
         return name if value == name else em.assign(value, "v")
 
     def _lanes(self, em: TritonEmitter, acc: TritonAccumulator, prefix: str) -> dict[str, str]:
@@ -347,8 +345,16 @@ class _Generator:
         if not accs and not stores:
             return
         carried = {acc.var: acc.names(acc.var + "_lanes") for acc in accs}
+        subrows = self._subrows(accs, stores)
+        tile, base = _TILE, "rbase"
+        if subrows:
+            width = self.cfg.RBLOCK // subrows
+            tile, base = f"[{subrows}, {width}]", "rsub"
+            root.line(f"rsub = tl.arange(0, {subrows})[:, None] * {width} + tl.arange(0, {width})[None, :]")
+            root.line("if IDX64:")
+            root.line(f"{INDENT}rsub = rsub.to(tl.int64)")
         for acc in accs:
-            for line in acc.carry(carried[acc.var], _TILE):
+            for line in acc.carry(carried[acc.var], tile, subrows):
                 root.line(line)
         ctx = root.ctx
         chunks = [(f"for roffset in range({start}, {end}, RBLOCK):", INDENT, ctx.masked)]
@@ -359,26 +365,42 @@ class _Generator:
         for header, indent, masked in chunks:
             # the chunk's hoisted lines land in root while it is emitted: before its header
             saved, ctx.masked = ctx.masked, masked
-            body = self._chunk(root, accs, stores, carried, end, indent)
+            body = self._chunk(root, accs, stores, carried, end, indent, tile, base)
             ctx.masked = saved
             root.line(header)
             root.lines.extend(body)
         for acc in accs:
-            for line in acc.finish(carried[acc.var], acc.names()):
+            for line in acc.finish(carried[acc.var], acc.names(), subrows):
                 root.line(line)
 
-    def _chunk(self, root: TritonEmitter, accs, stores, carried: dict, end: str, indent: str) -> list[str]:
+    def _subrows(self, accs, stores) -> int:
+        """Sub-rows per chunk of a looped row whose phase only takes softmax statistics (0: none).
+
+        A chunk of ``RBLOCK`` elements is ``RBLOCK // SUBROW`` sub-rows of ``SUBROW``, each within
+        one warp, with a running max and sum each: the chunk's max needs no exchange between warps
+        (a block-wide max per chunk waits for every warp), and the sub-rows meet once, after the
+        row. H200, cross-entropy over 4096 x 128256 bf16 logits, hand-written (bench/row_variants.py):
+        0.79 -> 0.85 of copy (sub-rows of 256: 0.83, of 512: 0.66-0.72)."""
+        cfg = self.cfg
+        only_statistics = bool(accs) and not stores and all(a.is_exp_sum for a in accs)
+        if cfg.strategy is not Strategy.LOOPED or cfg.XBLOCK != 1 or not only_statistics:
+            return 0
+        return cfg.RBLOCK // SUBROW if cfg.RBLOCK >= 2 * SUBROW else 0
+
+    def _chunk(self, root: TritonEmitter, accs, stores, carried: dict, end: str, indent: str,
+               tile: str = _TILE, base: str = "rbase") -> list[str]:
         """The statements folding the chunk at ``roffset`` into ``carried`` (indented by
-        ``indent`` below ``root``: a loop body, or the tail chunk after the loop)."""
+        ``indent`` below ``root``: a loop body, or the tail chunk after the loop), over a chunk
+        of shape ``tile`` whose offsets are ``base``."""
         body: list[str] = []
         inner = TritonEmitter(root.ctx, body, root.indent + indent, parent=root, loop_axes=frozenset({"r"}))
-        inner.line("rindex = roffset + rbase")
+        inner.line(f"rindex = roffset + {base}")
         self._masks(inner, [root.ctx.axes["r"]], {"r": end})
         for acc in accs:
-            for line in acc.fold(carried[acc.var], self._tile(inner, acc), inner.ctx.mask(_XR), "rindex", _TILE):
+            for line in acc.fold(carried[acc.var], self._tile(inner, acc, tile), inner.ctx.mask(_XR), "rindex", tile):
                 inner.line(line)
         for st in stores:
-            inner.store(st.buffer, st.index, st.value, _XR, _TILE)
+            inner.store(st.buffer, st.index, st.value, _XR, tile)
         return body
 
     @staticmethod

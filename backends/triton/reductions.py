@@ -122,13 +122,21 @@ class TritonAccumulator:
         return {c.suffix: base + c.suffix for c in self.components()}
 
     # -- looped rows: the state carried over chunks ----------------------------------------------
-    def carry(self, names: dict[str, str], shape: str) -> list[str]:
+    @property
+    def is_exp_sum(self) -> bool:
+        """Whether this is a softmax statistics state (max, sum of exp at the max)."""
+        return self.spec.joint is Combine.EXP_SUM
+
+    def carry(self, names: dict[str, str], shape: str, subrows: int = 0) -> list[str]:
         """Initial state carried over a loop of ``shape`` chunks: lanes of the tile, but for EXP_SUM,
-        whose max is the row's (``[XBLOCK, 1]``) so that each element costs one exp."""
+        whose max is the row's (``[XBLOCK, 1]``), or each sub-row's (``[subrows, 1]``, one row
+        per program), so that each element costs one exp."""
         if self.spec.joint is Combine.EXP_SUM:
             t = self.value_type
-            return [f"{names['_max']} = tl.full([XBLOCK, 1], float(\"-inf\"), {t})",
+            rows = f"[{subrows}, 1]" if subrows else "[XBLOCK, 1]"
+            return [f"{names['_max']} = tl.full({rows}, float(\"-inf\"), {t})",
                     f"{names['_sum']} = tl.full({shape}, 0, {t})"]
+        assert not subrows, "only softmax statistics are carried per sub-row"
         return [f"{names[c.suffix]} = tl.full({shape}, {c.identity}, {c.tl_type})" for c in self.components()]
 
     def fold(self, names: dict[str, str], value: str, mask: str | None, rindex: str, shape: str) -> list[str]:
@@ -145,13 +153,24 @@ class TritonAccumulator:
 
     def block(self, value: str, mask: str | None, rindex: str, shape: str, dst: dict[str, str]) -> list[str]:
         """Statements reducing one block of elements ``value`` (a whole row, or a program's slice)
-        into row state ``dst``: its lanes, reduced."""
+        into row state ``dst``: its lanes, reduced. EXP_SUM takes the block's max first, then the
+        sum of ``exp(x - max*)``: one exp per element, as a looped chunk folds."""
+        if self.spec.joint is Combine.EXP_SUM:
+            t, top = self.var + "_block", dst["_max"]
+            masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
+            return [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}",
+                    f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
         lanes = self.names(self.var + "_lane")
         exprs = self.lanes(value, mask, rindex, shape)
         return [f"{lanes[k]} = {expr}" for k, expr in exprs.items()] + self.reduce(lanes, dst)
 
-    def finish(self, carried: dict[str, str], dst: dict[str, str]) -> list[str]:
-        """Statements reducing the state carried over a loop into row state ``dst``."""
+    def finish(self, carried: dict[str, str], dst: dict[str, str], subrows: int = 0) -> list[str]:
+        """Statements reducing the state carried over a loop into row state ``dst`` (over the
+        sub-rows too, when the chunks had them)."""
+        if self.spec.joint is Combine.EXP_SUM and subrows:
+            m, top = carried["_max"], dst["_max"]
+            rows_sum = f"{reduce_rows('sum', carried['_sum'])} * {self._alpha(m, top)}"
+            return [f"{top} = {reduce_rows('max', m, '0')}", f"{dst['_sum']} = {reduce_rows('sum', rows_sum, '0')}"]
         if self.spec.joint is Combine.EXP_SUM:
             return [f"{dst['_max']} = {carried['_max']}", f"{dst['_sum']} = {reduce_rows('sum', carried['_sum'])}"]
         return self.reduce(carried, dst)

@@ -1,0 +1,188 @@
+"""Hand-written Triton row kernels beside loopnest's generated ones: what a different kernel
+structure would give on the suite's long-row workloads, before codegen is changed to emit it.
+
+Variants (each verified against float64, then timed with ``do_bench`` beside eager, Inductor and
+loopnest's defaults in the same run; a full call each, so the cross-entropy variants include the
+mean over the row losses):
+
+* ``ce_vocab_bf16`` (4096 x 128256 bf16 logits): looped rows whose chunk is ``R`` sub-rows of ``W``
+  elements, each sub-row held by one warp, so the chunk's max and sum need no barrier across
+  warps; each sub-row keeps its own running max and sum, combined once at the end of the row.
+  Generated today: one running max per row, a block-wide max per chunk.
+* ``few_rows_logsoftmax`` (128 x 262144) and ``wide_softmax`` (1024 x 131072): rows split across
+  ``SPLIT`` programs of one launch that exchange each slice's (max, sum of exp) once, instead of
+  the max and then the sum (two barriers); the softmax keeps ``exp(x - slice max)`` in registers
+  and rescales it, one exp per element. Generated today: two barriers, two exps for softmax.
+
+Run on the device: python bench/row_variants.py [--copy-gbs 4281] [ROW ...]
+Check the kernels on a CPU: TRITON_INTERPRET=1 python bench/row_variants.py --small (the split
+variants wait for each other's programs, which the interpreter runs one by one: GPU only)
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import tempfile
+
+os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import loopnest  # noqa: E402,F401  (registers the torch.compile backend)
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+
+
+@triton.jit
+def ce_subrow_kernel(X, T, OUT, N: tl.constexpr, R: tl.constexpr, W: tl.constexpr):
+    """One row's cross-entropy loss: logsumexp(x) - x[t], the row read once in chunks of R x W."""
+    row = tl.program_id(0).to(tl.int64)
+    base = X + row * N
+    offs = tl.arange(0, R)[:, None] * W + tl.arange(0, W)[None, :]
+    m = tl.full([R, 1], float("-inf"), tl.float32)
+    s = tl.zeros([R, 1], tl.float32)
+    FULL: tl.constexpr = (N // (R * W)) * (R * W)
+    for start in range(0, FULL, R * W):
+        x = tl.load(base + start + offs).to(tl.float32)
+        top = tl.maximum(m, tl.max(x, 1, keep_dims=True))
+        shift = tl.where(top == float("-inf"), 0.0, top)
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 1, keep_dims=True)
+        m = top
+    if FULL < N:
+        idx = FULL + offs
+        x = tl.load(base + idx, mask=idx < N, other=float("-inf")).to(tl.float32)
+        top = tl.maximum(m, tl.max(x, 1, keep_dims=True))
+        shift = tl.where(top == float("-inf"), 0.0, top)
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 1, keep_dims=True)
+        m = top
+    big = tl.max(tl.max(m, 1), 0)
+    total = tl.sum(tl.sum(s * tl.exp(m - big), 1), 0)
+    t = tl.load(T + row)
+    picked = tl.load(base + t).to(tl.float32)
+    tl.store(OUT + row, big + tl.log(total) - picked)
+
+
+@triton.jit
+def split_rows_kernel(X, Y, WS, CNT, epoch, N: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                      SOFTMAX: tl.constexpr):
+    """Softmax or log_softmax of rows split into SPLIT slices of BLOCK (N == SPLIT * BLOCK): one
+    exchange of (slice max, slice sum) through WS, one barrier on CNT[row]."""
+    pid = tl.program_id(0)
+    row = pid // SPLIT
+    offs = (pid % SPLIT) * BLOCK + tl.arange(0, BLOCK)
+    base = row.to(tl.int64) * N
+    x = tl.load(X + base + offs)
+    m = tl.max(x, 0)
+    e = tl.exp(x - m)
+    tl.store(WS + pid * 2, m)
+    tl.store(WS + pid * 2 + 1, tl.sum(e, 0))
+    tl.debug_barrier()
+    arrived = tl.atomic_add(CNT + row, 1, sem="acq_rel") + 1
+    while arrived < SPLIT * epoch:
+        arrived = tl.atomic_add(CNT + row, 0, sem="acquire")
+    tl.debug_barrier()
+    k = (row * SPLIT + tl.arange(0, SPLIT)) * 2
+    ms = tl.load(WS + k, cache_modifier=".cg")
+    ss = tl.load(WS + k + 1, cache_modifier=".cg")
+    big = tl.max(ms, 0)
+    total = tl.sum(ss * tl.exp(ms - big), 0)
+    if SOFTMAX:
+        tl.store(Y + base + offs, e * (tl.exp(m - big) / total))
+    else:
+        tl.store(Y + base + offs, x - big - tl.log(total))
+
+
+def ce_fn(logits, target):
+    return torch.nn.functional.cross_entropy(logits.float(), target)
+
+
+def ce_variant(r: int, w: int, warps: int, stages: int):
+    """The sub-row cross-entropy as a call: row losses, then their mean."""
+    def call(logits, target):
+        rows, n = logits.shape
+        out = torch.empty(rows, device=logits.device, dtype=torch.float32)
+        ce_subrow_kernel[(rows,)](logits, target, out, N=n, R=r, W=w, num_warps=warps, num_stages=stages)
+        return out.mean()
+    return call
+
+
+def split_variant(split: int, warps: int, softmax: bool):
+    """The one-barrier split row kernel as a call (its counter grows by SPLIT per call)."""
+    state = {}
+
+    def call(x):
+        rows, n = x.shape
+        if "cnt" not in state:
+            state.update(cnt=torch.zeros(rows, device=x.device, dtype=torch.int32), epoch=0,
+                         ws=torch.empty(rows * split * 2, device=x.device, dtype=torch.float32))
+        state["epoch"] += 1
+        y = torch.empty_like(x)
+        split_rows_kernel[(rows * split,)](x, y, state["ws"], state["cnt"], state["epoch"], N=n, SPLIT=split,
+                                           BLOCK=n // split, SOFTMAX=softmax, num_warps=warps)
+        return y
+    return call
+
+
+def rows(small: bool) -> dict:
+    """name -> (eager fn, inputs, min bytes, [(variant name, call), ...])."""
+    g = torch.Generator().manual_seed(0)
+    ce_shape, few, wide = ((8, 3000), (4, 8192), (4, 4096)) if small else ((4096, 128256), (128, 262144), (1024, 131072))
+    logits = (torch.randn(*ce_shape, generator=g) * 2).to(torch.bfloat16).to(DEVICE)
+    target = torch.randint(0, ce_shape[1], (ce_shape[0],), generator=g).to(DEVICE)
+    x_few = torch.randn(*few, generator=g).to(DEVICE)
+    x_wide = torch.randn(*wide, generator=g).to(DEVICE)
+    ce_grid = [(16, 256, 8, 2), (32, 256, 8, 2), (16, 256, 4, 2), (8, 512, 8, 2), (16, 512, 8, 2),
+               (32, 128, 8, 2), (16, 256, 8, 3), (32, 256, 8, 1), (64, 128, 8, 2), (16, 256, 16, 2)]
+    if small:
+        ce_grid = [(4, 64, 2, 1), (2, 128, 4, 2)]
+    # the interpreter runs programs one after another: a program waiting for the others never returns
+    splits = [] if INTERPRET else [(4, 4), (8, 4)] if small else [(s, w) for s, w in itertools.product((8, 16, 32), (8, 16)) if few[1] // s <= 32768]
+    wide_splits = [] if INTERPRET else [(4, 4)] if small else [(s, w) for s, w in itertools.product((8, 16), (8, 16))]
+    lsm = lambda x: torch.log_softmax(x, -1)  # noqa: E731
+    sm = lambda x: torch.softmax(x, -1)  # noqa: E731
+    return {
+        "ce_vocab_bf16": (ce_fn, (logits, target), logits.numel() * 2 + target.numel() * 8,
+                          [(f"subrows R{r} W{w} w{nw} s{st}", ce_variant(r, w, nw, st)) for r, w, nw, st in ce_grid]),
+        "few_rows_logsoftmax": (lsm, (x_few,), x_few.numel() * 8,
+                                [(f"one barrier SPLIT{s} w{w}", split_variant(s, w, False)) for s, w in splits]),
+        "wide_softmax": (sm, (x_wide,), x_wide.numel() * 8,
+                         [(f"one barrier SPLIT{s} w{w}", split_variant(s, w, True)) for s, w in wide_splits]),
+    }
+
+
+def bench(fn, args) -> float:
+    """Median ms of ``fn(*args)`` (one call on the interpreter)."""
+    if INTERPRET:
+        return float("nan")
+    return triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
+
+
+def main() -> None:
+    """Verify and time every variant of the chosen rows; print one table per row."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("rows", nargs="*")
+    p.add_argument("--copy-gbs", type=float, default=4281.0)
+    p.add_argument("--small", action="store_true", help="small shapes (with TRITON_INTERPRET=1 on a CPU)")
+    a = p.parse_args()
+    table = rows(a.small)
+    for name in a.rows or list(table):
+        fn, args, nbytes, variants = table[name]
+        want = fn(*(t.double() if t.is_floating_point() else t for t in args))
+        peers = [("eager", fn)]
+        if not INTERPRET:
+            peers += [("inductor max-autotune", torch.compile(fn, mode="max-autotune-no-cudagraphs"))]
+        peers += [("loopnest defaults", torch.compile(fn, backend="loopnest", options={"tune": "off"}))]
+        print(f"\n## {name} ({nbytes / 1e6:.0f} MB minimum)\n| variant | ms | frac of copy | max error |\n|---|---|---|---|")
+        for label, call in peers + variants:
+            got = call(*args)
+            err = (got.double() - want).abs().max().item()
+            ms = bench(call, args)
+            print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / a.copy_gbs:.2f} | {err:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
