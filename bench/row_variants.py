@@ -14,7 +14,11 @@ mean over the row losses):
   the max and then the sum (two barriers); the softmax keeps ``exp(x - slice max)`` in registers
   and rescales it, one exp per element. Generated today: two barriers, two exps for softmax.
 
-Run on the device: python bench/row_variants.py [--copy-gbs 4281] [ROW ...]
+``--generated`` times loopnest's own kernels for these rows instead, under configs and codegen
+switches given in ``GENERATED`` (each with its kernels' registers and spills from Triton, and its
+source written to ``--dump``), to find what separates them from the hand-written ones.
+
+Run on the device: python bench/row_variants.py [--copy-gbs 4281] [--generated [--dump DIR]] [ROW ...]
 Check the kernels on a CPU: TRITON_INTERPRET=1 python bench/row_variants.py --small (the split
 variants wait for each other's programs, which the interpreter runs one by one: GPU only)
 """
@@ -32,6 +36,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import loopnest  # noqa: E402,F401  (registers the torch.compile backend)
+from loopnest.backends import registry  # noqa: E402
+from loopnest.backends.base import schedule_for  # noqa: E402
+from loopnest.backends.triton import codegen  # noqa: E402
+from loopnest.backends.triton.params import TritonConfig  # noqa: E402
+from loopnest.lowering.decompositions import decomposition_table  # noqa: E402
+from loopnest.lowering.fx_lowering import FxLowering  # noqa: E402
+from loopnest.pipeline import compile_graph  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -154,6 +165,84 @@ def rows(small: bool) -> dict:
     }
 
 
+_UNFUSED_SYNC = codegen.one_pass_statistics
+
+
+def _two_barriers(kernel, config):
+    """The statistics choice before one barrier per slice: split_sync slices of one block unfused."""
+    rnumel = codegen.product(kernel.rdomain).as_int()
+    whole = config.strategy.value == "split_sync" and rnumel is not None and rnumel <= config.SPLIT * config.RBLOCK
+    return _UNFUSED_SYNC(kernel, config) and not whole
+
+
+# row -> [(label, config of the row kernel or None for the default, {codegen attribute: value})]
+GENERATED = {
+    "wide_softmax": [
+        ("default", None, {}),
+        ("fused w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=8), {}),
+        ("two barriers w8", dict(XBLOCK=1, RBLOCK=16384, num_warps=8, strategy="split_sync", SPLIT=8),
+         {"one_pass_statistics": _two_barriers}),
+        ("two barriers w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=8),
+         {"one_pass_statistics": _two_barriers}),
+    ],
+    "few_rows_logsoftmax": [
+        ("default", None, {}),
+        ("two barriers SPLIT32 w8", dict(XBLOCK=1, RBLOCK=8192, num_warps=8, strategy="split_sync", SPLIT=32),
+         {"one_pass_statistics": _two_barriers}),
+        ("two barriers SPLIT16 w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=16),
+         {"one_pass_statistics": _two_barriers}),
+    ],
+    "ce_vocab_bf16": [
+        ("default", None, {}),
+        ("no sub-rows", None, {"SUBROW": 1 << 20}),
+        ("sub-rows RBLOCK 4096", dict(XBLOCK=1, RBLOCK=4096, num_warps=8, num_stages=2, strategy="looped"), {}),
+    ],
+}
+
+
+def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | None) -> None:
+    """Time loopnest's kernels for ``name`` under each of ``GENERATED[name]``."""
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, decomposition_table=decomposition_table(),
+                                                    tracing_mode="fake")(*args)
+    graph = FxLowering(gm).run().graph
+    backend = registry.get("triton")
+    kernels = schedule_for(graph, backend, name).kernels
+    want = fn(*(t.double() if t.is_floating_point() else t for t in args))
+    print(f"\n## {name}, loopnest's kernels ({nbytes / 1e6:.0f} MB minimum)\n"
+          "| variant | ms | frac of copy | max error | registers / spills per kernel |\n|---|---|---|---|---|")
+    for label, config, switches in GENERATED[name]:
+        saved = {k: getattr(codegen, k) for k in switches}
+        try:
+            for k, v in switches.items():
+                setattr(codegen, k, v)
+            configs = {k.name: (TritonConfig(**config) if config and k is kernels[0] else backend.default_config(k))
+                       for k in kernels}
+            compiled = compile_graph(graph, backend, f"{name}_{len(label)}", configs)
+            call = lambda *a: compiled(*a)  # noqa: E731
+            got = call(*args)
+            got = got[0] if isinstance(got, (tuple, list)) else got
+            err = (got.double() - want).abs().max().item()
+            ms = bench(call, args)
+            regs = []
+            for launcher in compiled.artifact.launchers.values():
+                for step in getattr(launcher, "steps", []):
+                    if INTERPRET:
+                        continue
+                    k = step.compiled(step.warmup_args())
+                    k._init_handles()
+                    regs.append(f"{k.n_regs}/{k.n_spills}")
+            if dump:
+                for k, c in configs.items():
+                    kernel = next(x for x in kernels if x.name == k)
+                    with open(os.path.join(dump, f"{name}_{label.replace(' ', '_')}_{k}.py"), "w") as f:
+                        f.write(f"# {c}\n" + backend.codegen(kernel, c))
+        finally:
+            for k, v in saved.items():
+                setattr(codegen, k, v)
+        print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / copy_gbs:.2f} | {err:.1e} | {' '.join(regs)} |",
+              flush=True)
+
+
 def bench(fn, args) -> float:
     """Median ms of ``fn(*args)`` (one call on the interpreter)."""
     if INTERPRET:
@@ -167,10 +256,15 @@ def main() -> None:
     p.add_argument("rows", nargs="*")
     p.add_argument("--copy-gbs", type=float, default=4281.0)
     p.add_argument("--small", action="store_true", help="small shapes (with TRITON_INTERPRET=1 on a CPU)")
+    p.add_argument("--generated", action="store_true", help="loopnest's kernels under GENERATED's variants")
+    p.add_argument("--dump", help="a folder for the generated sources (with --generated)")
     a = p.parse_args()
     table = rows(a.small)
     for name in a.rows or list(table):
         fn, args, nbytes, variants = table[name]
+        if a.generated:
+            generated(name, fn, args, nbytes, a.copy_gbs, a.dump)
+            continue
         want = fn(*(t.double() if t.is_floating_point() else t for t in args))
         peers = [("eager", fn)]
         if not INTERPRET:

@@ -124,6 +124,9 @@ def test_looped_rows_of_one_program_take_their_statistics_in_sub_rows(monkeypatc
     assert "rsub = tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :]" in source
     assert "_lanes_max = tl.full([4, 1]" in source
     assert "rsub" not in generate(kernel, _forced("looped")(kernel), settings).source  # two rows per program
+    stored = _kernel(softmax)  # a later loop over the row: rindex back to [XBLOCK, RBLOCK], as Triton wants
+    source = generate(stored, _forced("subrows")(stored), settings).source
+    assert source.index("rindex = rbase\n") < source.index("rindex = roffset + rbase")
 
 
 EAGER = {"softmax": lambda a: torch.softmax(a, 1), "log_softmax": lambda a: torch.log_softmax(a, 1),

@@ -365,13 +365,16 @@ class _Generator:
         for header, indent, masked in chunks:
             # the chunk's hoisted lines land in root while it is emitted: before its header
             saved, ctx.masked = ctx.masked, masked
-            body = self._chunk(root, accs, stores, carried, end, indent, tile, base)
+            body = self._chunk(root, accs, stores, carried, end, indent, tile, base, subrows)
             ctx.masked = saved
             root.line(header)
             root.lines.extend(body)
         for acc in accs:
             for line in acc.finish(carried[acc.var], acc.names(), subrows):
                 root.line(line)
+        if subrows:  # a later loop assigns rindex (and its mask) as [XBLOCK, RBLOCK]: Triton keeps types
+            root.line("rindex = rbase")
+            self._masks(root, [ctx.axes["r"]], {"r": end})
 
     def _subrows(self, accs, stores) -> int:
         """Sub-rows per chunk of a looped row whose phase only takes softmax statistics (0: none).
@@ -388,7 +391,7 @@ class _Generator:
         return cfg.RBLOCK // SUBROW if cfg.RBLOCK >= 2 * SUBROW else 0
 
     def _chunk(self, root: TritonEmitter, accs, stores, carried: dict, end: str, indent: str,
-               tile: str = _TILE, base: str = "rbase") -> list[str]:
+               tile: str = _TILE, base: str = "rbase", subrows: int = 0) -> list[str]:
         """The statements folding the chunk at ``roffset`` into ``carried`` (indented by
         ``indent`` below ``root``: a loop body, or the tail chunk after the loop), over a chunk
         of shape ``tile`` whose offsets are ``base``."""
@@ -397,7 +400,8 @@ class _Generator:
         inner.line(f"rindex = roffset + {base}")
         self._masks(inner, [root.ctx.axes["r"]], {"r": end})
         for acc in accs:
-            for line in acc.fold(carried[acc.var], self._tile(inner, acc, tile), inner.ctx.mask(_XR), "rindex", tile):
+            value = self._tile(inner, acc, tile)
+            for line in acc.fold(carried[acc.var], value, inner.ctx.mask(_XR), "rindex", tile, subrows):
                 inner.line(line)
         for st in stores:
             inner.store(st.buffer, st.index, st.value, _XR, tile)

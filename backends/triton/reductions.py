@@ -135,17 +135,21 @@ class TritonAccumulator:
             t = self.value_type
             rows = f"[{subrows}, 1]" if subrows else "[XBLOCK, 1]"
             return [f"{names['_max']} = tl.full({rows}, float(\"-inf\"), {t})",
-                    f"{names['_sum']} = tl.full({shape}, 0, {t})"]
+                    f"{names['_sum']} = tl.full({rows if subrows else shape}, 0, {t})"]
         assert not subrows, "only softmax statistics are carried per sub-row"
         return [f"{names[c.suffix]} = tl.full({shape}, {c.identity}, {c.tl_type})" for c in self.components()]
 
-    def fold(self, names: dict[str, str], value: str, mask: str | None, rindex: str, shape: str) -> list[str]:
-        """Statements folding one chunk of elements ``value`` into the carried state ``names``."""
+    def fold(self, names: dict[str, str], value: str, mask: str | None, rindex: str, shape: str,
+             subrows: int = 0) -> list[str]:
+        """Statements folding one chunk of elements ``value`` into the carried state ``names``
+        (an EXP_SUM over sub-rows sums each sub-row's terms of the chunk as it goes)."""
         if self.spec.joint is Combine.EXP_SUM:
             t, m, top = self.var + "_chunk", names["_max"], self.var + "_top"
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
+            terms = f"tl.exp({t} - {_SHIFT.format(m=top)})"
             return [f"{t} = {masked}", f"{top} = tl.maximum({m}, {reduce_rows('max', t)})",
-                    f"{names['_sum']} = {names['_sum']} * {self._alpha(m, top)} + tl.exp({t} - {_SHIFT.format(m=top)})",
+                    f"{names['_sum']} = {names['_sum']} * {self._alpha(m, top)} + "
+                    f"{reduce_rows('sum', terms) if subrows else terms}",
                     f"{m} = {top}"]
         new = self.names(self.var + "_new")
         lanes = self.lanes(value, mask, rindex, shape)
@@ -169,7 +173,7 @@ class TritonAccumulator:
         sub-rows too, when the chunks had them)."""
         if self.spec.joint is Combine.EXP_SUM and subrows:
             m, top = carried["_max"], dst["_max"]
-            rows_sum = f"{reduce_rows('sum', carried['_sum'])} * {self._alpha(m, top)}"
+            rows_sum = f"{carried['_sum']} * {self._alpha(m, top)}"
             return [f"{top} = {reduce_rows('max', m, '0')}", f"{dst['_sum']} = {reduce_rows('sum', rows_sum, '0')}"]
         if self.spec.joint is Combine.EXP_SUM:
             return [f"{dst['_max']} = {carried['_max']}", f"{dst['_sum']} = {reduce_rows('sum', carried['_sum'])}"]
