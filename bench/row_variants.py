@@ -225,7 +225,7 @@ def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | Non
             ms = bench(call, args)
             regs = []
             for launcher in compiled.artifact.launchers.values():
-                for step in getattr(launcher, "steps", []):
+                for step in launcher.bind({}).steps:
                     if INTERPRET:
                         continue
                     k = step.compiled(step.warmup_args())

@@ -142,12 +142,20 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
 def one_pass_statistics(kernel: Kernel, config: TritonConfig) -> bool:
     """Whether ``kernel`` takes its softmax statistics in one reduction under ``config``: where
     each phase reads its row from memory again (looped and split strategies, split_sync slices
-    longer than one block), which saves a pass, and where a row's programs meet at a barrier per
-    statistic (split_sync slices of one block), which saves a barrier: (max, sum) of each slice
-    meet once (H200, a hand-written kernel: log_softmax over 128 x 262144 0.65 -> 0.77 of copy,
-    softmax over 1024 x 131072 0.73 -> 0.94; bench/row_variants.py). Not for persistent rows,
-    whose block stays in registers with no barrier to save."""
-    return bool(kernel.reductions) and config.strategy is not Strategy.PERSISTENT
+    longer than one block), which saves a pass. Not where a block of the row stays in registers
+    (persistent rows, split_sync slices of one block). A split_sync kernel whose slices meet once
+    for both statistics is fast written by hand (bench/row_variants.py, H200: log_softmax over
+    128 x 262144 0.77 of copy against 0.65 with two barriers; softmax over 1024 x 131072 0.94
+    against 0.73), but generated it ran 25x slower (few_rows_logsoftmax 2.2 ms against 0.095),
+    with 90 registers per thread against 56, and as slow with a second barrier added, without
+    the masks, without the shift or the exp before the barrier, without .cg loads
+    (bench/split_sync_probe.py); only an output that does not read the statistics made it fast.
+    Until that is understood these kernels keep a barrier per statistic."""
+    if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
+        return False
+    rnumel = product(kernel.rdomain).as_int()
+    return not (config.strategy is Strategy.SPLIT_SYNC and rnumel is not None
+                and rnumel <= config.SPLIT * config.RBLOCK)
 
 
 class _Generator:
@@ -382,8 +390,9 @@ class _Generator:
         A chunk of ``RBLOCK`` elements is ``RBLOCK // SUBROW`` sub-rows of ``SUBROW``, each within
         one warp, with a running max and sum each: the chunk's max needs no exchange between warps
         (a block-wide max per chunk waits for every warp), and the sub-rows meet once, after the
-        row. H200, cross-entropy over 4096 x 128256 bf16 logits, hand-written (bench/row_variants.py):
-        0.79 -> 0.85 of copy (sub-rows of 256: 0.83, of 512: 0.66-0.72)."""
+        row. H200, cross-entropy over 4096 x 128256 bf16 logits: 0.312 -> 0.301 ms (0.79 -> 0.81 of
+        copy; bench/row_variants.py --generated); the hand-written form reaches 0.288 (0.85), with
+        sub-rows of 256 0.83, of 512 0.66-0.72."""
         cfg = self.cfg
         only_statistics = bool(accs) and not stores and all(a.is_exp_sum for a in accs)
         if cfg.strategy is not Strategy.LOOPED or cfg.XBLOCK != 1 or not only_statistics:
