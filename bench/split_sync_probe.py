@@ -1,5 +1,5 @@
-"""What makes a generated split_sync row kernel slow: the generated source of one workload's row
-kernel, launched directly under textual mutations (each timed with ``do_bench``, with its
+"""What makes a generated split_sync row kernel slow when its softmax statistics meet at one
+barrier: the generated source of one workload's row kernel, launched directly under textual mutations (each timed with ``do_bench``, with its
 registers and spills), to find the statement that separates it from a fast hand-written one.
 
 Run on the device: python bench/split_sync_probe.py [--workload few_rows_logsoftmax]
@@ -36,6 +36,13 @@ MUTATIONS = {
     "a second barrier after the first": [(SPIN, SPIN + SPIN.replace("SPLIT * 1", "SPLIT * 2"))],
     "partial sums not rescaled": [(PARTIAL_SUM, "tl.reduce(acc0_part_sum, 1")],
     "no .cg on the partials": [(', cache_modifier=".cg")', ")")],
+    "no barrier (wrong results)": [(SPIN, "")],
+    "each program reads its own partials (wrong results)": [
+        ("(xindex * SPLIT + sindex), cache_modifier", "(xindex * SPLIT + sid + sindex * 0), cache_modifier")],
+    "row reloaded after the barrier": [("    t2 = (t1 - acc0_out0)",
+                                        "    t1r = tl.load(b_in__x__1 + (rindex + xindex*262144), mask=rmask, other=0)\n"
+                                        "    t2 = (t1r - acc0_out0)")],
+    "output reads the max only": [("t9 = (t2 - t8)", "t9 = t2")],
     "output without the statistics": [("tl.store(b_buf6 + (rindex + xindex*262144), t9, mask=rmask)",
                                        "tl.store(b_buf6 + (rindex + xindex*262144), t1, mask=rmask)")],
 }
@@ -50,10 +57,10 @@ def main() -> None:
     backend = registry.get("triton")
     (kernel,) = schedule_for(FxLowering(gm).run().graph, backend, a.workload).kernels
     cfg = backend.default_config(kernel)
-    program = generate(kernel, cfg, TritonSettings(interpret=False, debug=False))
-    two = codegen.one_pass_statistics
-    codegen.one_pass_statistics = lambda k, c: False
     two_barriers = generate(kernel, cfg, TritonSettings(interpret=False, debug=False))
+    two = codegen.one_pass_statistics
+    codegen.one_pass_statistics = lambda k, c: True  # the slice's max and sum meet at one barrier
+    program = generate(kernel, cfg, TritonSettings(interpret=False, debug=False))
     codegen.one_pass_statistics = two
     x = args[0]
     want = w.fn(x)
