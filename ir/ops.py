@@ -105,14 +105,14 @@ LOGICAL = frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT})
 BITWISE = frozenset({Op.BITAND, Op.BITOR, Op.BITXOR, Op.BITNOT, Op.LSHIFT, Op.RSHIFT})
 # Ops that are only defined on floating point; integer inputs are promoted to float first.
 FLOAT_ONLY = frozenset({
-    Op.TRUEDIV, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SQRT,
-    Op.RSQRT, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH,
+    Op.TRUEDIV, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P,
+    Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH,
     Op.ASINH, Op.ACOSH, Op.ATANH, Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV, Op.RECIPROCAL,
 })
 INT_ONLY = BITWISE
 # Ops that cost a library call or a long polynomial each (not a single instruction).
 TRANSCENDENTAL = frozenset({
-    Op.POW, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS,
-    Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH,
+    Op.POW, Op.ATAN2, Op.EXP, Op.EXP_FTZ, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN,
+    Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH,
     Op.SIGMOID, Op.ERF, Op.ERFC, Op.ERFINV,
 })

@@ -212,13 +212,13 @@ def test_error_names_line_column_and_expectation(text):
 
 
 @pytest.mark.parametrize("old, new, words", [
-    ("exp(", "expo(", ["unknown op 'expo'"]),
+    ("exp_ftz(", "expo(", ["unknown op 'expo'"]),
     ("acc buf1 max", "acc buf1 maxx", ["unknown reduction 'maxx'"]),
     ("in_arg0_1[p0, r0]", "in_arg9[p0, r0]", ["undeclared buffer 'in_arg9'"]),
     ("in_arg0_1[p0, r0]", "in_arg0_1[p0, r3]", ["loop variable r3 does not exist"]),
     ("in_arg0_1[p0, r0]", "in_arg0_1[p0]", ["rank 2", "1 indices"]),
     ("in_arg0_1[p0, r0]", "in_arg0_1[p0, n]", ["unknown name 'n'"]),
-    ("exp(sub(in_arg0_1[p0, r0], $0))", "exp(sub(in_arg0_1[p0, r0], $0)", ["expected ')'", "end of line"]),
+    ("exp_ftz(sub(in_arg0_1[p0, r0], $0))", "exp_ftz(sub(in_arg0_1[p0, r0], $0)", ["expected ')'", "end of line"]),
     ("log(acc(buf8, 0):float32), $0)", "log(acc(buf8, 0):float32), $7)", ["$7 is not defined"]),
     ("let $0", "let $1", ["expected $0"]),
     ("acc(buf8, 0)", "acc(buf99, 0)", ["no 'acc buf99' line"]),

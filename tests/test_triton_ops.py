@@ -48,6 +48,7 @@ def domain(kind, shape=(5, 12), dtype=F32):
 UNARY = {
     Op.NEG: (torch.neg, "any"), Op.ABS: (torch.abs, "any"), Op.RECIPROCAL: (torch.reciprocal, "nonzero"),
     Op.SIGN: (torch.sign, "halves"), Op.EXP: (torch.exp, "any"), Op.EXP2: (torch.exp2, "any"),
+    Op.EXP_FTZ: (torch.exp, "any"),  # "any" stays above -87, where it is exp
     Op.EXPM1: (torch.expm1, "small"), Op.LOG: (torch.log, "pos"), Op.LOG2: (torch.log2, "pos"),
     Op.LOG10: (torch.log10, "pos"), Op.LOG1P: (torch.log1p, "gtm1"), Op.SQRT: (torch.sqrt, "pos"),
     Op.RSQRT: (torch.rsqrt, "pos"), Op.SIN: (torch.sin, "any"), Op.COS: (torch.cos, "any"),

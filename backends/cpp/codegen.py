@@ -17,7 +17,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
-from . import column_rows
+from . import column_rows, row_lanes
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
@@ -503,6 +503,12 @@ class KernelWriter:
         if step is not None:
             self.out(indent, *sums.declare())
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
+        lanes = len(rv) == 1 and pragma is not None and bool(self.own(mine))
+        block = indent
+        if lanes:  # several vectors of partial states, then the rest of the row as before
+            self.out(block, "{")
+            indent = block + "  "
+            lo = row_lanes.write_lanes(self, indent, accs, mine, stores, pre, r0, lo, hi)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
@@ -514,6 +520,9 @@ class KernelWriter:
         if self.streaming and not mine and not deferred and len(rv) == 1:
             streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k))
             self.lines[pragma_at:] = streamed or self.lines[pragma_at:]
+        if lanes:
+            self.out(block, "}")
+            indent = block
         if step is not None:
             self.out(indent, *sums.fold())
             self.out(outer, "}", *sums.finish())
