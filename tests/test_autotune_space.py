@@ -40,12 +40,12 @@ FULL_ARGMAX = lambda x: ln.argmax(x)  # noqa: E731
 
 @pytest.mark.parametrize("build, shape, knobs", [
     (POINTWISE, (64, 96), {"threads", "schedule", "grain"}),
-    (WELFORD_ROWS, (64, 96), {"threads", "schedule", "grain"}),            # two passes over short rows
+    (WELFORD_ROWS, (64, 96), {"threads", "schedule", "grain", "row_vectors"}),  # two sums over short rows
     (WELFORD_ROWS, (4, 70000), {"threads", "schedule", "grain", "lanes"}),  # Welford lanes over long ones
-    (SUM_ROWS, (64, 96), {"threads", "schedule", "grain"}),
+    (SUM_ROWS, (64, 96), {"threads", "schedule", "grain", "row_vectors"}),
     (SUM_COLUMNS, (64, 96), {"threads", "schedule", "grain", "chunk", "column_split"}),
     (SUM_COLUMNS, (64, 8192), {"threads", "schedule", "grain", "chunk"}),  # partials too wide to split rows
-    (FULL_MAX, (4096,), {"threads"}),
+    (FULL_MAX, (4096,), {"threads", "row_vectors"}),
     (FULL_ARGMAX, (4096,), {"threads", "lanes"}),
 ])
 def test_cpp_space_tunes_only_knobs_the_code_uses(build, shape, knobs):

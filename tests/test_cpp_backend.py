@@ -80,7 +80,7 @@ def test_softmax_computes_exp_once_per_element():
     x = ln.placeholder("x", (32, 200), ln.float32)
     (kernel,) = kernels_of([softmax(x)], [x], "softmax")
     src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
-    # stored exactly and summed as stored, in the sum's loop in steps of ROW_LANES and its rest (row_lanes.py)
+    # stored exactly and summed as stored, in the sum's loop by lane arrays and its rest (row_lanes.py)
     assert src.count("expf(") == 2 and "expf_ftz(" not in src, src
     assert src.rindex("expf(") < src.rindex("#pragma omp simd"), "the rescale computes no exp"
     a = torch.randn(32, 200) * 30

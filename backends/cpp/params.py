@@ -11,6 +11,7 @@ COLUMN_SPLITS = ("auto", "chunks", "rows")  # how a column reduction divides its
 MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the machine it was tuned on
 MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
 VECTOR_WIDTHS = (512, 256)  # bits of the vectors a kernel's loops are vectorized with, at most
+ROW_VECTORS = (0, 1, 2, 4, 8)  # vectors of partial states of a row reduction (0: by the sizes)
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class CppConfig:
     ``codegen.splits_rows``), "auto" choosing by the sizes and thread count; ``vector_width``:
     the widest vectors its loops use, in bits (512: the widest the CPU has; under -march=native
     GCC prefers 256-bit vectors on AVX-512 Xeons, which halves the lanes of every loop and calls
-    the 8-lane variants of the vector math).
+    the 8-lane variants of the vector math); ``row_vectors``: vectors of partial states a row's
+    sum, max or min keeps (0: by the sizes, ``row_lanes.vectors``).
     """
 
     threads: int = 0
@@ -41,6 +43,7 @@ class CppConfig:
     stores: str = "auto"
     column_split: str = "auto"
     vector_width: int = 512
+    row_vectors: int = 0
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -59,6 +62,8 @@ class CppConfig:
             raise ValueError(f"column_split must be one of {COLUMN_SPLITS}, got {self.column_split!r}")
         if self.vector_width not in VECTOR_WIDTHS:
             raise ValueError(f"vector_width must be one of {VECTOR_WIDTHS}, got {self.vector_width!r}")
+        if self.row_vectors not in ROW_VECTORS:
+            raise ValueError(f"row_vectors must be one of {ROW_VECTORS}, got {self.row_vectors!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

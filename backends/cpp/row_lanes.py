@@ -3,20 +3,39 @@
 ``#pragma omp simd reduction(+:acc)`` over a row gives one vector of partial sums: each vector
 add waits for the one before (4 cycles on AVX-512 cores), so a sum over a row in L1 or L2
 reads 16 floats every 4 cycles where the core could load 32 per cycle. Here the loop runs in
-steps of ``ROW_LANES`` elements over lane arrays of that many partial states, which g++ keeps in
-``ROW_LANES / 16`` independent vector registers; the lanes are combined into the scalar state
-after the loop, and the elements after the last full step run through the reduction's plain
-``omp simd`` loop. Sums add in another order (as ``omp simd`` already allows), max, min and the
-NaN flags are exact.
+steps of several vectors over lane arrays of that many partial states, which g++ keeps in as
+many independent vector registers; the lanes are combined into the scalar state after the loop,
+and the elements after the last full step run through the reduction's plain ``omp simd`` loop.
+Sums add in another order (as ``omp simd`` already allows); max, min and NaN flags are exact.
 
-Measured on the 2-core AVX-512 Xeon (2026-12-04): a layernorm's kernel over 512 x 2048 float32
-(rows in L1) 173 -> see bench/RESULTS.md.
+Measured on the 2-core AVX-512 Xeon (2026-12-04, kernel time, four vectors against one): at
+cache sizes layernorm 1.05x, rmsnorm_bf16 1.14x, var_mean 1.18x, full_absmax 1.19x, softmax
+0.99x; layernorm over 256-4096 rows of 2048 (4-67 MB) 1.13x-1.01x, but over 8192 rows (134 MB,
+from memory) 0.73x, where one vector runs at the copy bandwidth. So by default (``vectors``)
+a kernel keeps four vectors where what it moves fits in a quarter of the last-level cache, one
+otherwise; ``CppConfig.row_vectors`` is a tuner knob.
 """
 from __future__ import annotations
 
+from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
+from .params import CppConfig
+from .streaming import last_level_cache_bytes
 
-ROW_LANES = 64  # partial states per reduction: four 16-float vectors
+CACHED_VECTORS = 4  # vectors of partial states where the kernel's data stays in cache
+
+
+def vectors(kernel: Kernel, config: CppConfig) -> int:
+    """Vectors of partial states each row reduction of ``kernel`` keeps under ``config``."""
+    if config.row_vectors:
+        return config.row_vectors
+    moved = kernel.bytes_moved().as_int()
+    return CACHED_VECTORS if moved is not None and moved <= last_level_cache_bytes() // 4 else 1
+
+
+def lane_count(kernel: Kernel, config: CppConfig) -> int:
+    """Partial states per reduction: ``vectors`` of floats as wide as ``config.vector_width``."""
+    return vectors(kernel, config) * config.vector_width // 32
 
 
 def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:
@@ -24,25 +43,28 @@ def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:
     return {a.r.name: Accumulator(a.r, a.var + "_l", "[j]", a.wide) for a in own}
 
 
-def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: str, lo: str, hi: str) -> str:
-    """Write the loop over ``[lo, hi)`` in full steps of ``ROW_LANES`` onto ``w`` (a KernelWriter)
-    and fold its lanes into the scalar states; returns where the rest of the row starts (a
-    variable declared at ``indent``, in the block the caller has opened)."""
+def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: str, lo: str, hi: str,
+                count: int) -> str:
+    """Write the loop over ``[lo, hi)`` in full steps of ``count`` elements, each reduction in
+    ``count`` partial states, onto ``w`` (a KernelWriter), and fold those into the scalar states;
+    returns where the rest of the row starts (a variable declared at ``indent``, in the block the
+    caller has opened)."""
     own = w.own(mine)
-    lanes = lane_accumulators(own)
+    states = lane_accumulators(own)
     start = f"{r0}l_"
-    for a in lanes.values():
-        w.out(indent, *a.declare(str(ROW_LANES)))
-    w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {ROW_LANES} <= {hi}; {start} += {ROW_LANES}) {{")
+    for a in states.values():
+        w.out(indent, *a.declare(str(count)))
+    w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     pragma_at, deferred = len(w.lines), []
-    w.out(indent + "  ", "#pragma omp simd", f"for (int64_t j = 0; j < {ROW_LANES}; ++j) {{",
+    w.out(indent + "  ", "#pragma omp simd", f"for (int64_t j = 0; j < {count}; ++j) {{",
           f"  const int64_t {r0} = {start} + j;")
-    lane_mine = [lanes.get(a.r.name, a) for a in mine]
-    w.body(indent + "    ", {**accs, **lanes}, lane_mine, stores, w.flat_r(), per_row=True, pre=pre, deferred=deferred)
+    lane_mine = [states.get(a.r.name, a) for a in mine]
+    w.body(indent + "    ", {**accs, **states}, lane_mine, stores, w.flat_r(), per_row=True, pre=pre,
+           deferred=deferred)
     w.out(indent + "  ", "}")
     w.finish_deferred(deferred, pragma_at, indent + "  ")
     w.out(indent, "}")
     for a in own:
         w.out(indent, f"#pragma omp simd {' '.join(a.simd_clauses())}",
-              f"for (int64_t j = 0; j < {ROW_LANES}; ++j) {{", *("  " + s for s in a.combine(lanes[a.r.name])), "}")
+              f"for (int64_t j = 0; j < {count}; ++j) {{", *("  " + s for s in a.combine(states[a.r.name])), "}")
     return start

@@ -22,6 +22,7 @@ from .split_rows import can_split_rows
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
 ROW_GRAINS = (0, 1, 8, 64)            # rows or columns per scheduling chunk
+ROW_VECTOR_CHOICES = (0, 1, 4)        # vectors of partial states of a row reduction (0: by the sizes)
 ELEMENT_GRAINS = (0, 1024, 16384)     # elements per chunk of a 1-D pointwise loop
 
 
@@ -35,6 +36,15 @@ def uses_lanes(kernel: Kernel) -> bool:
     if not kernel.reductions or len(kernel.rdomain) != 1 or reduces_outer_dim(kernel):
         return False
     return any(Accumulator(r, "_").simd_clauses() is None for r in as_written(kernel).reductions if not r.across)
+
+
+def uses_row_vectors(kernel: Kernel) -> bool:
+    """True if a row reduction folds through ``omp simd`` clauses (so ``row_vectors`` changes the
+    code: ``row_lanes.py``)."""
+    if not kernel.reductions or len(kernel.rdomain) != 1 or reduces_outer_dim(kernel):
+        return False
+    return any(Accumulator(r, "_").simd_clauses() is not None
+               for r in as_written(kernel).reductions if not r.across)
 
 
 def can_stream(kernel: Kernel) -> bool:
@@ -54,6 +64,8 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
                   Knob("grain", ELEMENT_GRAINS if one_d else ROW_GRAINS)]
     if uses_lanes(kernel):
         knobs.append(Knob("lanes", LANES))
+    if uses_row_vectors(kernel):
+        knobs.append(Knob("row_vectors", ROW_VECTOR_CHOICES))
     if kernel.reductions and reduces_outer_dim(kernel):
         knobs.append(Knob("chunk", CHUNKS))
     if kernel.reductions and reduces_outer_dim(kernel) and can_split_rows(kernel):

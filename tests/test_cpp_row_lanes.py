@@ -1,0 +1,65 @@
+"""C++ row reductions over lane arrays of several vectors (``backends/cpp/row_lanes.py``): when
+the default takes them, and results against eager with rows that end mid-step, NaN and +-inf."""
+import pytest
+import torch
+
+import loopnest as ln
+from loopnest.backends.cpp import row_lanes
+from loopnest.backends.cpp.codegen import generate
+from loopnest.backends.cpp.params import CppConfig
+from loopnest.backends.registry import get
+from loopnest.core.hardware import this_cpu
+from test_backends import kernels_of
+from test_cpp_split_rows import run
+
+REDUCTIONS = {  # name: (DSL, eager)
+    "sum": (lambda x: ln.sum(x, 1), lambda a: a.sum(1)),
+    "max": (lambda x: ln.max(x, 1), lambda a: a.amax(1)),
+    "min": (lambda x: ln.min(x, 1), lambda a: a.amin(1)),
+    "sum_sq": (lambda x: ln.sum(x * x, 1), lambda a: (a * a).sum(1)),
+}
+
+
+def row_kernel(shape, build, dtype=ln.float32):
+    x = ln.placeholder("x", shape, dtype)
+    (kernel,) = kernels_of([build(x)], [x])
+    return kernel
+
+
+def test_the_default_takes_four_vectors_where_the_data_fits_a_quarter_of_the_cache(monkeypatch):
+    kernel = row_kernel((512, 2048), REDUCTIONS["sum"][0])  # 4 MB read
+    monkeypatch.setattr(row_lanes, "last_level_cache_bytes", lambda: 32 << 20)
+    assert row_lanes.vectors(kernel, CppConfig()) == 4
+    assert "_l[64]" in generate(kernel, CppConfig()) and "_l[32]" in generate(kernel, CppConfig(vector_width=256))
+    monkeypatch.setattr(row_lanes, "last_level_cache_bytes", lambda: 8 << 20)
+    assert row_lanes.vectors(kernel, CppConfig()) == 1 and "_l[" not in generate(kernel, CppConfig())
+    assert row_lanes.vectors(kernel, CppConfig(row_vectors=2)) == 2
+    assert "_l[32]" in generate(kernel, CppConfig(row_vectors=2))
+
+
+@pytest.mark.parametrize("cols", [64, 1000, 129, 5])
+@pytest.mark.parametrize("kind", sorted(REDUCTIONS))
+def test_rows_by_lanes_match_eager(kind, cols):
+    build, eager = REDUCTIONS[kind]
+    kernel = row_kernel((37, cols), build)
+    a = torch.randn(37, cols, generator=torch.Generator().manual_seed(cols)) * 3
+    a[3, cols // 2] = float("nan")
+    a[5, -1] = float("inf")
+    a[6, 0] = float("-inf")
+    (got,) = run(kernel, CppConfig(threads=2, row_vectors=4), a)
+    torch.testing.assert_close(got, eager(a), rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+def test_integer_sums_by_lanes_are_exact():
+    kernel = row_kernel((9, 3001), lambda x: ln.sum(x, 1), ln.int64)
+    a = torch.randint(-(1 << 40), 1 << 40, (9, 3001), generator=torch.Generator().manual_seed(1))
+    (got,) = run(kernel, CppConfig(threads=2, row_vectors=8), a)
+    assert torch.equal(got, a.sum(1))
+
+
+def test_row_vectors_is_a_knob_of_row_reductions_only():
+    space = get("cpp").space
+    rows = space(row_kernel((64, 96), REDUCTIONS["sum"][0]), this_cpu())
+    assert next(k for k in rows.knobs if k.name == "row_vectors").choices == (0, 1, 4)
+    columns = space(row_kernel((64, 96), lambda x: ln.sum(x, 0)), this_cpu())
+    assert "row_vectors" not in {k.name for k in columns.knobs}
