@@ -88,12 +88,13 @@ template <class V> static inline V with_sign_of(V mag, V x) {
 }
 
 // exp: x = n*ln2 + r, |r| <= ln2/2 (Cody-Waite), e^r by a degree-7 minimax polynomial (Cephes),
-// 2^n applied as two normal factors so denormal results round once.
-template <class V> static inline V exp_(V x) {
+// 2^n applied as two normal factors so denormal results round once. ``xc``: x clamped to the
+// range the caller wants (NaN passes through every clamp: it compares false). ``keep``: the
+// lanes of a 16-lane result that are not zeroed (a mask vscalefps applies for free).
+template <class V> static inline V exp_clamped_(V xc, uint32_t keep = 0xffff) {
   static const float p[] = {1.0f, 1.0f, 5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
                             8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
   const float shifter = 0x1.8p23f;
-  V xc = x < -104.0f ? splat<V>(-104.0f) : x;  // NaN compares false: it passes through
   xc = xc > 88.8f ? splat<V>(88.8f) : xc;
   V t = fma_(xc, splat<V>(0x1.715476p+0f), splat<V>(shifter));
   V n = t - shifter;
@@ -101,7 +102,7 @@ template <class V> static inline V exp_(V x) {
   r = fma_(n, splat<V>(-0x1.7f7d1cp-20f), r);
 #ifdef __AVX512F__
   if constexpr (sizeof(V) == 64) {  // vscalefps: e^r * 2^n in one instruction, rounded once
-    return (V)_mm512_scalef_ps((__m512)poly(r, p), (__m512)n);
+    return (V)_mm512_maskz_scalef_ps((__mmask16)keep, (__m512)poly(r, p), (__m512)n);
   }
 #endif
   I<V> ni = bits(t) - bits(splat<V>(shifter));
@@ -110,13 +111,24 @@ template <class V> static inline V exp_(V x) {
   return poly(r, p) * s1 * s2;
 }
 
+template <class V> static inline V exp_(V x) {
+  return exp_clamped_(x < -104.0f ? splat<V>(-104.0f) : x);
+}
+
 // exp for the terms of a softmax sum, exp(x - max(x)): e^x where x >= -87, else 0. It never makes
 // a subnormal result: an Intel core takes a microcode assist for each one (vscalefps or the two
 // multiplies alike: 4.8 and 3.4 against 0.18 ns per element on a Xeon with AVX-512 where a quarter
-// of the inputs were below -87), and terms below 2^-125 cannot change a sum of at least 1.
+// of the inputs were below -87), and terms below 2^-125 cannot change a sum of at least 1. One
+// select more than exp_: its clamp at -87 replaces exp_'s at -104.
 template <class V> static inline V exp_ftz_(V x) {
-  auto under = x < -87.0f;  // NaN compares false: it passes through
-  V y = exp_(under ? splat<V>(0.0f) : x);
+  auto under = x < -87.0f;
+#ifdef __AVX512F__
+  if constexpr (sizeof(V) == 64) {  // the zeros come from vscalefps's zero-masking: no select
+    __mmask16 keep = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);  // NaN kept
+    return exp_clamped_(under ? splat<V>(-87.0f) : x, keep);
+  }
+#endif
+  V y = exp_clamped_(under ? splat<V>(-87.0f) : x);
   return under ? splat<V>(0.0f) : y;
 }
 
