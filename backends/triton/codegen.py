@@ -142,20 +142,14 @@ def generate(kernel: Kernel, config: TritonConfig, settings: TritonSettings) -> 
 def one_pass_statistics(kernel: Kernel, config: TritonConfig) -> bool:
     """Whether ``kernel`` takes its softmax statistics in one reduction under ``config``: where
     each phase reads its row from memory again (looped and split strategies, split_sync slices
-    longer than one block), which saves a pass. Not where a block of the row stays in registers
-    (persistent rows, split_sync slices of one block). A split_sync kernel whose slices meet once
-    for both statistics is fast written by hand (bench/row_variants.py, H200: log_softmax over
-    128 x 262144 0.77 of copy against 0.65 with two barriers; softmax over 1024 x 131072 0.94
-    against 0.73), but generated it ran 25x slower (few_rows_logsoftmax 2.2 ms against 0.095),
-    with 90 registers per thread against 56, and as slow with a second barrier added, without
-    the masks, without the shift or the exp before the barrier, without .cg loads
-    (bench/split_sync_probe.py); only an output that does not read the statistics made it fast.
-    Until that is understood these kernels keep a barrier per statistic."""
-    if not kernel.reductions or config.strategy is Strategy.PERSISTENT:
-        return False
-    rnumel = product(kernel.rdomain).as_int()
-    return not (config.strategy is Strategy.SPLIT_SYNC and rnumel is not None
-                and rnumel <= config.SPLIT * config.RBLOCK)
+    longer than one block), which saves a pass, and where a row's programs meet at a barrier per
+    statistic (split_sync slices of one block), which saves a barrier: the (max, sum) of each
+    slice meet once. Not for persistent rows, whose block stays in registers with no barrier to
+    save. Hand-written kernels of that form on the H200 (bench/row_variants.py): log_softmax over
+    128 x 262144 0.77 of copy against 0.65 with two barriers, softmax over 1024 x 131072 0.94
+    against 0.73. Generated, it first ran 25x slower (bench/split_sync_probe.py): the partials'
+    row values were broadcast through shared memory (``_split_sync``)."""
+    return bool(kernel.reductions) and config.strategy is not Strategy.PERSISTENT
 
 
 class _Generator:
@@ -417,12 +411,14 @@ class _Generator:
         return body
 
     @staticmethod
-    def _publish(em: TritonEmitter, acc: TritonAccumulator) -> list[str]:
-        """Bind the finished outputs of ``acc`` and make them visible to later expressions."""
+    def _publish(em: TritonEmitter, acc: TritonAccumulator, scalar: bool = False) -> list[str]:
+        """Bind the finished outputs of ``acc`` and make them visible to later expressions;
+        ``scalar``: as 0-d values (a row of one program reduced from its partials: see
+        ``_split_sync``)."""
         names = []
         for k, expr in enumerate(acc.results(acc.names())):
             name = f"{acc.var}_out{k}"
-            em.line(f"{name} = {expr}")
+            em.line(f"{name} = tl.reshape({expr}, [])" if scalar else f"{name} = {expr}")
             em.ctx.acc_values[(acc.r.name, k)] = name
             names.append(name)
         return names
@@ -527,7 +523,10 @@ class _Generator:
         publish partial states, meet at a barrier (an arrival counter per row block) and all reduce
         the partials themselves, then go on to the next phase over the same slice. A slice of one
         block stays in registers across phases; a longer one is read again from L2 (all programs
-        in flight hold about ``programs x slice`` bytes). Programs only wait for programs of
+        in flight hold about ``programs x slice`` bytes). With one row per program the reduced
+        partials are 0-d values: as ``[1, 1]`` tiles of the partials' layout, Triton broadcast
+        them to the slice's layout through shared memory at the slice's full size (8198
+        shared-memory stores and 137 barriers per program in log_softmax's PTX, against 6 and 10). Programs only wait for programs of
         their own row block, which are dispatched together: no deadlock while SPLIT programs fit
         on the GPU at once (``space`` bounds SPLIT by the multiprocessors)."""
         cfg, k = self.cfg, self.k
@@ -558,7 +557,7 @@ class _Generator:
             self._barrier(em, barriers)
             for acc in accs:
                 self._reduce_partials(em, acc, partial, cached=False)
-                self._publish(em, acc)
+                self._publish(em, acc, scalar=cfg.XBLOCK == 1)
         body: list[str] = []
         inner = TritonEmitter(ctx, body, INDENT * 2, parent=em)  # values hoist; stores stay inside
         for st in k.row_stores:
