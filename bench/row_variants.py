@@ -187,6 +187,8 @@ GENERATED = {
     ],
     "few_rows_logsoftmax": [
         ("default", None, {}),
+        ("fused SPLIT16 w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=16), {}),
+        ("fused SPLIT16 w8", dict(XBLOCK=1, RBLOCK=16384, num_warps=8, strategy="split_sync", SPLIT=16), {}),
         ("two barriers SPLIT32 w8", dict(XBLOCK=1, RBLOCK=8192, num_warps=8, strategy="split_sync", SPLIT=32),
          {"one_pass_statistics": _two_barriers}),
         ("two barriers SPLIT16 w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=16),
@@ -217,7 +219,7 @@ def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | Non
                 setattr(codegen, k, v)
             configs = {k.name: (TritonConfig(**config) if config and k is kernels[0] else backend.default_config(k))
                        for k in kernels}
-            compiled = compile_graph(graph, backend, f"{name}_{len(label)}", configs)
+            compiled = compile_graph(graph, backend, name, configs)  # kernel names as in configs
             call = lambda *a: compiled(*a)  # noqa: E731
             got = call(*args)
             got = got[0] if isinstance(got, (tuple, list)) else got

@@ -155,11 +155,15 @@ def test_strided_reductions_split_when_row_tiles_are_few(shape, build, split):
 
 
 def test_split_sync_rows_of_one_program_publish_their_statistics_as_scalars():
-    """As [1, 1] tiles in the partials' layout, Triton broadcast them to the slice through
-    shared memory at the slice's full size (25x slower on the H200): 0-d values instead."""
+    """As [1, 1] tiles in the partials' layout, Triton broadcast softmax statistics to the slice
+    through shared memory at the slice's full size (25x slower on the H200): 0-d values instead;
+    other statistics keep their tiles (0-d, a two-barrier kernel ran 1.5x slower)."""
     kernel = _kernel((8, 3000), softmax)
     settings = triton_settings.TritonSettings(interpret=False, debug=False)
     one_row = generate(kernel, TritonConfig(XBLOCK=1, RBLOCK=1024, strategy="split_sync", SPLIT=3), settings)
     assert "acc0_out0 = tl.reshape(" in one_row.source and "acc0_out1 = tl.reshape(" in one_row.source
     two_rows = generate(kernel, TritonConfig(XBLOCK=2, RBLOCK=1024, strategy="split_sync", SPLIT=3), settings)
     assert "tl.reshape(" not in two_rows.source
+    other = _kernel((8, 3000), lambda x: x - ln.sum(x, 1, keepdim=True))  # a plain sum keeps its [1, 1] tile
+    one_row = generate(other, TritonConfig(XBLOCK=1, RBLOCK=1024, strategy="split_sync", SPLIT=3), settings)
+    assert "tl.reshape(" not in one_row.source

@@ -144,11 +144,9 @@ def one_pass_statistics(kernel: Kernel, config: TritonConfig) -> bool:
     each phase reads its row from memory again (looped and split strategies, split_sync slices
     longer than one block), which saves a pass, and where a row's programs meet at a barrier per
     statistic (split_sync slices of one block), which saves a barrier: the (max, sum) of each
-    slice meet once. Not for persistent rows, whose block stays in registers with no barrier to
-    save. Hand-written kernels of that form on the H200 (bench/row_variants.py): log_softmax over
-    128 x 262144 0.77 of copy against 0.65 with two barriers, softmax over 1024 x 131072 0.94
-    against 0.73. Generated, it first ran 25x slower (bench/split_sync_probe.py): the partials'
-    row values were broadcast through shared memory (``_split_sync``)."""
+    slice meet once (H200: log_softmax over 128 x 262144 0.65 -> 0.72 of copy, softmax over
+    1024 x 131072 0.74 -> 0.79; bench/row_variants.py). Not for persistent rows, whose block
+    stays in registers with no barrier to save."""
     return bool(kernel.reductions) and config.strategy is not Strategy.PERSISTENT
 
 
@@ -523,10 +521,12 @@ class _Generator:
         publish partial states, meet at a barrier (an arrival counter per row block) and all reduce
         the partials themselves, then go on to the next phase over the same slice. A slice of one
         block stays in registers across phases; a longer one is read again from L2 (all programs
-        in flight hold about ``programs x slice`` bytes). With one row per program the reduced
-        partials are 0-d values: as ``[1, 1]`` tiles of the partials' layout, Triton broadcast
-        them to the slice's layout through shared memory at the slice's full size (8198
-        shared-memory stores and 137 barriers per program in log_softmax's PTX, against 6 and 10). Programs only wait for programs of
+        in flight hold about ``programs x slice`` bytes). With one row per program, softmax
+        statistics reduced from the partials are 0-d values: as ``[1, 1]`` tiles of the partials'
+        layout, Triton broadcast them to the slice's layout through shared memory at the slice's
+        full size (8198 shared-memory stores and 137 barriers per program in log_softmax's PTX,
+        against 6 and 10; 25x slower on the H200). Other statistics stay ``[1, 1]``: made 0-d,
+        log_softmax's two-barrier kernel ran 0.097 -> 0.142 ms. Programs only wait for programs of
         their own row block, which are dispatched together: no deadlock while SPLIT programs fit
         on the GPU at once (``space`` bounds SPLIT by the multiprocessors)."""
         cfg, k = self.cfg, self.k
@@ -557,7 +557,7 @@ class _Generator:
             self._barrier(em, barriers)
             for acc in accs:
                 self._reduce_partials(em, acc, partial, cached=False)
-                self._publish(em, acc, scalar=cfg.XBLOCK == 1)
+                self._publish(em, acc, scalar=cfg.XBLOCK == 1 and acc.is_exp_sum)
         body: list[str] = []
         inner = TritonEmitter(ctx, body, INDENT * 2, parent=em)  # values hoist; stores stay inside
         for st in k.row_stores:

@@ -31,13 +31,13 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   (softmax, log_softmax), or rows too few to fill the GPU (fewer than the SMs, at least 8192
   long): split_sync, each row split across programs of one launch in slices of at most 16384
   elements that stay in registers from the first phase to the last (the input is read once
-  instead of three times), or, when rows are few, in slices of 8192 and at least enough for two
-  programs per multiprocessor; 8 warps; SPLIT never exceeds the multiprocessors (all programs
-  of a row run at once). The softmax statistics of a slice meet once (``codegen.
-  one_pass_statistics``). A hand-written kernel of that form (bench/row_variants.py): softmax
-  1024x131072 0.94 with slices of 16384 and 8 warps (16 warps: 0.86; slices of 8192: 0.91; two
-  barriers, 16 warps: 0.73; looped: 0.41); log_softmax 128x262144 0.77 with slices of 8192
-  and 8 warps (16384: 0.72, 0.75 with 16 warps; two barriers: 0.65). Rows only reduced
+  instead of three times), or, when rows are few, into enough slices for two programs per
+  multiprocessor; 8 warps; SPLIT never exceeds the multiprocessors (all programs of a row run
+  at once). The softmax statistics of a slice meet at one barrier (``codegen.
+  one_pass_statistics``). Generated, H200 (bench/row_variants.py --generated): log_softmax
+  128x262144 0.72 of copy (slices of 8192: 0.55; 16 warps: 0.53; two barriers: 0.65), softmax
+  1024x131072 0.79 (two barriers: 0.74; looped: 0.41). The hand-written form reaches 0.77 and
+  0.94 (its softmax keeps exp(x - slice max) and rescales it: one exp per element). Rows only reduced
   (cross-entropy's 4096x128256 bf16 logits, two reading phases) stay looped: 0.48, where
   split_sync's short programs wait at two barriers each (0.24-0.33 over 4-32 slices);
 * rows whose kernel also reduces across them (a norm's weight gradient, ``KReduction.across``):
@@ -70,7 +70,6 @@ FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one 
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
 SYNC_WARPS = 8  # warps of a split_sync program (64 elements per thread in a slice of 16384)
 FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs
-FEW_ROWS_SLICE = 8192  # ... into slices this long (more programs in flight than slices of 16384)
 STRIDED_SPLIT_NUMEL = 1 << 22  # strided reductions smaller than this never split (a second launch)
 STRIDED_MIN_CHUNKS = 8  # RBLOCK chunks of the reduced dim each program of a split strided reduction takes at least
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
@@ -176,7 +175,7 @@ def _row_split(rows: int | None, row: int | None, rereads: bool) -> int:
     sms = sm_count()
     split = -(-row // SYNC_SLICE) if row > PERSISTENT_ROW and rereads else 1
     if rows is not None and rows < sms and row >= FEW_ROWS_SPLIT:
-        split = max(split, -(-row // FEW_ROWS_SLICE), min(-(-2 * sms // rows), row // SPLIT_RBLOCK))
+        split = max(split, min(-(-2 * sms // rows), row // SPLIT_RBLOCK))
     return split if split <= sms else 1
 
 
