@@ -1,6 +1,8 @@
 """What makes a generated split_sync row kernel slow when its softmax statistics meet at one
-barrier: the generated source of one workload's row kernel, launched directly under textual mutations (each timed with ``do_bench``, with its
-registers and spills), to find the statement that separates it from a fast hand-written one.
+barrier: the generated source of one workload's row kernel, launched directly under textual
+mutations (each timed with ``do_bench``, with its registers and spills), to find the statement
+that separates it from a fast hand-written one. It found where not to look; the cause, row
+values broadcast through shared memory, showed in the PTX (``codegen._Generator._split_sync``).
 
 Run on the device: python bench/split_sync_probe.py [--workload few_rows_logsoftmax]
 """
