@@ -39,7 +39,7 @@ import loopnest  # noqa: E402,F401  (registers the torch.compile backend)
 from loopnest.backends import registry  # noqa: E402
 from loopnest.backends.base import schedule_for  # noqa: E402
 from loopnest.backends.triton import codegen  # noqa: E402
-from loopnest.backends.triton.params import TritonConfig  # noqa: E402
+from loopnest.backends.triton.params import Strategy, TritonConfig  # noqa: E402
 from loopnest.lowering.decompositions import decomposition_table  # noqa: E402
 from loopnest.lowering.fx_lowering import FxLowering  # noqa: E402
 from loopnest.pipeline import compile_graph  # noqa: E402
@@ -141,7 +141,8 @@ def split_variant(split: int, warps: int, softmax: bool):
 def rows(small: bool) -> dict:
     """name -> (eager fn, inputs, min bytes, [(variant name, call), ...])."""
     g = torch.Generator().manual_seed(0)
-    ce_shape, few, wide = ((8, 3000), (4, 8192), (4, 4096)) if small else ((4096, 128256), (128, 262144), (1024, 131072))
+    ce_shape, few, wide = ((8, 3000), (4, 8192), (4, 4096)) if small else \
+        ((4096, 128256), (128, 262144), (1024, 131072))
     logits = (torch.randn(*ce_shape, generator=g) * 2).to(torch.bfloat16).to(DEVICE)
     target = torch.randint(0, ce_shape[1], (ce_shape[0],), generator=g).to(DEVICE)
     x_few = torch.randn(*few, generator=g).to(DEVICE)
@@ -151,8 +152,9 @@ def rows(small: bool) -> dict:
     if small:
         ce_grid = [(4, 64, 2, 1), (2, 128, 4, 2)]
     # the interpreter runs programs one after another: a program waiting for the others never returns
-    splits = [] if INTERPRET else [(4, 4), (8, 4)] if small else [(s, w) for s, w in itertools.product((8, 16, 32), (8, 16)) if few[1] // s <= 32768]
-    wide_splits = [] if INTERPRET else [(4, 4)] if small else [(s, w) for s, w in itertools.product((8, 16), (8, 16))]
+    splits = [] if INTERPRET else [(4, 4), (8, 4)] if small else \
+        [(s, w) for s, w in itertools.product((8, 16, 32), (8, 16)) if few[1] // s <= 32768]
+    wide_splits = [] if INTERPRET else [(4, 4)] if small else list(itertools.product((8, 16), (8, 16)))
     lsm = lambda x: torch.log_softmax(x, -1)  # noqa: E731
     sm = lambda x: torch.softmax(x, -1)  # noqa: E731
     return {
@@ -165,34 +167,30 @@ def rows(small: bool) -> dict:
     }
 
 
-_UNFUSED_SYNC = codegen.one_pass_statistics
+_ONE_PASS = codegen.one_pass_statistics
+TWO_BARRIERS = {"one_pass_statistics": lambda kernel, config: _ONE_PASS(kernel, config)
+                and config.strategy is not Strategy.SPLIT_SYNC}  # each statistic at its own barrier
 
 
-def _two_barriers(kernel, config):
-    """The statistics choice before one barrier per slice: split_sync slices of one block unfused."""
-    rnumel = codegen.product(kernel.rdomain).as_int()
-    whole = config.strategy.value == "split_sync" and rnumel is not None and rnumel <= config.SPLIT * config.RBLOCK
-    return _UNFUSED_SYNC(kernel, config) and not whole
+def _sync(split: int, warps: int, rblock: int = 16384) -> dict:
+    """A split_sync config: one row per program group, ``split`` slices of ``rblock`` elements."""
+    return dict(XBLOCK=1, RBLOCK=rblock, num_warps=warps, strategy="split_sync", SPLIT=split)
 
 
 # row -> [(label, config of the row kernel or None for the default, {codegen attribute: value})]
 GENERATED = {
     "wide_softmax": [
         ("default", None, {}),
-        ("fused w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=8), {}),
-        ("two barriers w8", dict(XBLOCK=1, RBLOCK=16384, num_warps=8, strategy="split_sync", SPLIT=8),
-         {"one_pass_statistics": _two_barriers}),
-        ("two barriers w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=8),
-         {"one_pass_statistics": _two_barriers}),
+        ("fused w16", _sync(8, 16), {}),
+        ("two barriers w8", _sync(8, 8), TWO_BARRIERS),
+        ("two barriers w16", _sync(8, 16), TWO_BARRIERS),
     ],
     "few_rows_logsoftmax": [
         ("default", None, {}),
-        ("fused SPLIT16 w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=16), {}),
-        ("fused SPLIT16 w8", dict(XBLOCK=1, RBLOCK=16384, num_warps=8, strategy="split_sync", SPLIT=16), {}),
-        ("two barriers SPLIT32 w8", dict(XBLOCK=1, RBLOCK=8192, num_warps=8, strategy="split_sync", SPLIT=32),
-         {"one_pass_statistics": _two_barriers}),
-        ("two barriers SPLIT16 w16", dict(XBLOCK=1, RBLOCK=16384, num_warps=16, strategy="split_sync", SPLIT=16),
-         {"one_pass_statistics": _two_barriers}),
+        ("fused SPLIT16 w16", _sync(16, 16), {}),
+        ("fused SPLIT16 w8", _sync(16, 8), {}),
+        ("two barriers SPLIT32 w8", _sync(32, 8, 8192), TWO_BARRIERS),
+        ("two barriers SPLIT16 w16", _sync(16, 16), TWO_BARRIERS),
     ],
     "ce_vocab_bf16": [
         ("default", None, {}),
@@ -272,7 +270,8 @@ def main() -> None:
         if not INTERPRET:
             peers += [("inductor max-autotune", torch.compile(fn, mode="max-autotune-no-cudagraphs"))]
         peers += [("loopnest defaults", torch.compile(fn, backend="loopnest", options={"tune": "off"}))]
-        print(f"\n## {name} ({nbytes / 1e6:.0f} MB minimum)\n| variant | ms | frac of copy | max error |\n|---|---|---|---|")
+        print(f"\n## {name} ({nbytes / 1e6:.0f} MB minimum)\n"
+              "| variant | ms | frac of copy | max error |\n|---|---|---|---|")
         for label, call in peers + variants:
             got = call(*args)
             err = (got.double() - want).abs().max().item()

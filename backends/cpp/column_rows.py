@@ -29,7 +29,8 @@ def write_rows(w, indent: str, row: str, lo: str, hi: str, head: Sequence[str],
     named ``row``, which each copy binds in a block of its own."""
     if per_pass > 1:
         # A block of its own: a kernel may reduce several groups of columns in one scope.
-        w.out(indent, "{", f"  int64_t {row}p_ = {lo};", f"  for (; {row}p_ + {per_pass} <= {hi}; {row}p_ += {per_pass}) {{")
+        w.out(indent, "{", f"  int64_t {row}p_ = {lo};",
+              f"  for (; {row}p_ + {per_pass} <= {hi}; {row}p_ += {per_pass}) {{")
         w.out(indent + "    ", *head)
         for k in range(per_pass):
             w.out(indent + "      ", f"{{ const int64_t {row} = {row}p_ + {k};")

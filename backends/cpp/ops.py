@@ -87,8 +87,8 @@ LIBM = {
 # LIBMVEC_FIRST use libmvec where it is installed: its tanhf measured faster than ln_tanhf
 # (bf16 tanh-GELU 4096x4096 on a 16-core AVX-512 Xeon: 2.3-2.6 ms against 3.6-4.5 ms).
 VECMATH = {
-    Op.EXP: ("ln_expf", "exp_"), Op.EXP_FTZ: ("ln_expf_ftz", "exp_ftz_"), Op.LOG: ("ln_logf", "log_"), Op.TANH: ("ln_tanhf", "tanh_"),
-    Op.ERF: ("ln_erff", "erf_"), Op.SIGMOID: ("ln_sigmoidf", "sigmoid_"),
+    Op.EXP: ("ln_expf", "exp_"), Op.EXP_FTZ: ("ln_expf_ftz", "exp_ftz_"), Op.LOG: ("ln_logf", "log_"),
+    Op.TANH: ("ln_tanhf", "tanh_"), Op.ERF: ("ln_erff", "erf_"), Op.SIGMOID: ("ln_sigmoidf", "sigmoid_"),
 }
 LIBMVEC_FIRST = frozenset({Op.TANH})
 VECMATH_HEADER = (Path(__file__).parent / "vecmath.h").read_text()

@@ -21,12 +21,13 @@ from .ops import PRELUDE, VECMATH, vecmath_source
 VARIANTS = (("bN4", 4, "1"), ("dN8", 8, "defined(__AVX2__)"), ("eN16", 16, "defined(__AVX512F__)"))
 
 # Error bounds in float32 ulp, as vecmath.h documents them (the tests assert both agree)
-BOUNDS = {"ln_expf": 1.0, "ln_expf_ftz": 1.0, "ln_logf": 1.0, "ln_tanhf": 1.5, "ln_erff": 2.0, "ln_sigmoidf": 2.5}
+BOUNDS = {"ln_expf": 1.0, "ln_expf_ftz": 1.0, "ln_logf": 1.0, "ln_tanhf": 1.5, "ln_erff": 2.0,
+          "ln_sigmoidf": 2.5}
 
 # float64 references, by function name
 REFERENCES = {
-    "ln_expf": torch.exp, "ln_expf_ftz": lambda x: torch.where(x < -87, 0.0, torch.exp(x)), "ln_logf": torch.log, "ln_tanhf": torch.tanh, "ln_erff": torch.erf,
-    "ln_sigmoidf": torch.sigmoid,
+    "ln_expf": torch.exp, "ln_expf_ftz": lambda x: torch.where(x < -87, 0.0, torch.exp(x)),
+    "ln_logf": torch.log, "ln_tanhf": torch.tanh, "ln_erff": torch.erf, "ln_sigmoidf": torch.sigmoid,
 }
 
 
