@@ -38,7 +38,7 @@ import triton.language as tl  # noqa: E402
 import loopnest  # noqa: E402,F401  (registers the torch.compile backend)
 from loopnest.backends import registry  # noqa: E402
 from loopnest.backends.base import schedule_for  # noqa: E402
-from loopnest.backends.triton import codegen  # noqa: E402
+from loopnest.backends.triton import codegen, emit  # noqa: E402
 from loopnest.backends.triton.params import Strategy, TritonConfig  # noqa: E402
 from loopnest.lowering.decompositions import decomposition_table  # noqa: E402
 from loopnest.lowering.fx_lowering import FxLowering  # noqa: E402
@@ -107,6 +107,39 @@ def split_rows_kernel(X, Y, WS, CNT, epoch, N: tl.constexpr, SPLIT: tl.constexpr
         tl.store(Y + base + offs, x - big - tl.log(total))
 
 
+@triton.jit
+def mid_mean_kernel(X, OUT, M: tl.constexpr, N: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr,
+                    S: tl.constexpr):
+    """``x.mean(1)`` of a (B, M, N) tensor: program (b, column block, slice) sums M // S rows of
+    XB columns in [RB, XB] tiles (each row of a tile contiguous); slices add into a zeroed OUT."""
+    pid = tl.program_id(0)
+    s = pid % S
+    cb = (pid // S) % (N // XB)
+    b = pid // (S * (N // XB))
+    cols = cb * XB + tl.arange(0, XB)
+    offs = tl.arange(0, RB)[:, None] * N + cols[None, :]
+    base = X + b.to(tl.int64) * M * N + s * (M // S) * N
+    acc = tl.zeros([RB, XB], tl.float32)
+    for r in range(0, M // S, RB):
+        acc += tl.load(base + r * N + offs)
+    total = tl.sum(acc, 0) / M
+    if S == 1:
+        tl.store(OUT + b * N + cols, total)
+    else:
+        tl.atomic_add(OUT + b * N + cols, total, sem="relaxed")
+
+
+def mid_variant(xb: int, rb: int, split: int, warps: int, stages: int):
+    """The tiled middle-dimension mean as a call (a zeroed output when slices add into it)."""
+    def call(x):
+        b, m, n = x.shape
+        out = (torch.zeros if split > 1 else torch.empty)(b, n, device=x.device, dtype=torch.float32)
+        mid_mean_kernel[(b * (n // xb) * split,)](x, out, M=m, N=n, RB=rb, XB=xb, S=split, num_warps=warps,
+                                                  num_stages=stages)
+        return out
+    return call
+
+
 def ce_fn(logits, target):
     return torch.nn.functional.cross_entropy(logits.float(), target)
 
@@ -155,6 +188,10 @@ def rows(small: bool) -> dict:
     splits = [] if INTERPRET else [(4, 4), (8, 4)] if small else \
         [(s, w) for s, w in itertools.product((8, 16, 32), (8, 16)) if few[1] // s <= 32768]
     wide_splits = [] if INTERPRET else [(4, 4)] if small else list(itertools.product((8, 16), (8, 16)))
+    x_mid = torch.randn(*((2, 256, 64) if small else (32, 2048, 512)), generator=g).to(DEVICE)
+    mid_grid = [(4, 16, 1, 1, 1), (4, 16, 2, 1, 1)] if small else \
+        [(32, 32, 1, 8, 1), (128, 16, 1, 4, 2), (128, 16, 4, 4, 2), (128, 32, 4, 8, 2), (256, 16, 4, 8, 2),
+         (128, 16, 8, 4, 2), (64, 32, 2, 4, 2), (512, 8, 4, 4, 2), (128, 8, 8, 2, 3), (256, 32, 8, 8, 2)]
     lsm = lambda x: torch.log_softmax(x, -1)  # noqa: E731
     sm = lambda x: torch.softmax(x, -1)  # noqa: E731
     return {
@@ -164,6 +201,9 @@ def rows(small: bool) -> dict:
                                 [(f"one barrier SPLIT{s} w{w}", split_variant(s, w, False)) for s, w in splits]),
         "wide_softmax": (sm, (x_wide,), x_wide.numel() * 8,
                          [(f"one barrier SPLIT{s} w{w}", split_variant(s, w, True)) for s, w in wide_splits]),
+        "mean_mid": (lambda x: x.mean(1), (x_mid,), x_mid.numel() * 4,
+                     [(f"tiles {xb}x{rb} split {sp} w{w} s{st}", mid_variant(xb, rb, sp, w, st))
+                      for xb, rb, sp, w, st in mid_grid]),
     }
 
 
@@ -192,10 +232,19 @@ GENERATED = {
         ("two barriers SPLIT32 w8", _sync(32, 8, 8192), TWO_BARRIERS),
         ("two barriers SPLIT16 w16", _sync(16, 16), TWO_BARRIERS),
     ],
+    "mean_mid": [
+        ("default", None, {}),
+        ("64x32 w16", dict(XBLOCK=64, RBLOCK=32, num_warps=16, strategy="looped"), {}),
+        ("32x64 w16", dict(XBLOCK=32, RBLOCK=64, num_warps=16, strategy="looped"), {}),
+    ],
     "ce_vocab_bf16": [
         ("default", None, {}),
         ("no sub-rows", None, {"SUBROW": 1 << 20}),
         ("sub-rows RBLOCK 4096", dict(XBLOCK=1, RBLOCK=4096, num_warps=8, num_stages=2, strategy="looped"), {}),
+        ("sub-rows RBLOCK 4096 s3", dict(XBLOCK=1, RBLOCK=4096, num_warps=8, num_stages=3, strategy="looped"), {}),
+        ("sub-rows RBLOCK 2048 w4", dict(XBLOCK=1, RBLOCK=2048, num_warps=4, num_stages=2, strategy="looped"), {}),
+        ("sub-rows of 256, RBLOCK 4096", dict(XBLOCK=1, RBLOCK=4096, num_warps=8, num_stages=2, strategy="looped"),
+         {"SUBROW": 256}),
     ],
 }
 
@@ -211,10 +260,11 @@ def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | Non
     print(f"\n## {name}, loopnest's kernels ({nbytes / 1e6:.0f} MB minimum)\n"
           "| variant | ms | frac of copy | max error | registers / spills per kernel |\n|---|---|---|---|---|")
     for label, config, switches in GENERATED[name]:
-        saved = {k: getattr(codegen, k) for k in switches}
+        where = {k: codegen if hasattr(codegen, k) else emit for k in switches}  # a module's switch
+        saved = {k: getattr(where[k], k) for k in switches}
         try:
             for k, v in switches.items():
-                setattr(codegen, k, v)
+                setattr(where[k], k, v)
             configs = {k.name: (TritonConfig(**config) if config and k is kernels[0] else backend.default_config(k))
                        for k in kernels}
             compiled = compile_graph(graph, backend, name, configs)  # kernel names as in configs
@@ -238,9 +288,16 @@ def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | Non
                         f.write(f"# {c}\n" + backend.codegen(kernel, c))
         finally:
             for k, v in saved.items():
-                setattr(codegen, k, v)
+                setattr(where[k], k, v)
         print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / copy_gbs:.2f} | {err:.1e} | {' '.join(regs)} |",
               flush=True)
+
+
+def references(x: torch.Tensor) -> list:
+    """What the device does with a tensor of the row's size: a copy (read and write) and a full
+    sum (read only), so a row's fraction can be set beside the best the size allows."""
+    return [("x.clone()", torch.clone, 2 * x.numel() * x.element_size()),
+            ("x.sum()", torch.sum, x.numel() * x.element_size())]
 
 
 def bench(fn, args) -> float:
@@ -277,6 +334,9 @@ def main() -> None:
             err = (got.double() - want).abs().max().item()
             ms = bench(call, args)
             print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / a.copy_gbs:.2f} | {err:.1e} |", flush=True)
+        for label, call, moved in ([] if INTERPRET else references(args[0])):
+            ms = bench(call, (args[0],))
+            print(f"| reference: {label} | {ms:.4f} | {moved / (ms * 1e-3) / 1e9 / a.copy_gbs:.2f} | |", flush=True)
 
 
 if __name__ == "__main__":

@@ -190,3 +190,35 @@ def test_triton_takes_reductions_across_persistent_rows_only():
     with pytest.raises(ValueError, match="reduces across its rows: that needs the persistent strategy"):
         triton.codegen(kernel, looped)
     assert triton.space(kernel, triton.hardware()).constraint(looped) is not None
+
+
+def _norm_backward_row_kernel(dtype, rows: int = 300):
+    x = ln.placeholder("x", (rows, 1024), dtype)
+    g = ln.placeholder("g", (rows, 1024), dtype)
+    w = ln.placeholder("w", (1024,), dtype)
+    gw = g * w
+    outs = [gw - x * ln.sum(gw * x, -1, keepdim=True), ln.sum(g * x, 0)]
+    example = [torch.randn(rows, 1024).to(dtype.torch), torch.randn(rows, 1024).to(dtype.torch),
+               torch.randn(1024).to(dtype.torch)]
+    triton = registry.get("triton")
+    (kernel,) = schedule(_graph(outs, *example), "k", across_rows=triton.reduces_across_rows).kernels
+    return kernel
+
+
+def test_triton_across_rows_prefetch_the_next_rows_and_mask_rows_past_the_end():
+    """Each tile that streams along the rows is loaded once before the loop and once per step for
+    the next rows (masked past ``xnumel``); the weight, the same for every row, is loaded once."""
+    source = registry.get("triton").codegen(_norm_backward_row_kernel(ln.float32),
+                                            TritonConfig(XBLOCK=4, RBLOCK=1024, num_warps=4))
+    loop = source.index("for xstart in range(")
+    for ptr in ("b_x", "b_g"):
+        loads = [i for i in range(len(source)) if source.startswith(f"tl.load({ptr}", i)]
+        assert len(loads) == 2 and loads[0] < loop < loads[1], ptr
+        assert "(xnext < xnumel)" in source[loads[1]:source.index("\n", loads[1])]
+    assert source.count("tl.load(b_w") == 1 and source.index("tl.load(b_w") < loop
+
+
+@pytest.mark.parametrize("dtype, warps", [(ln.float32, 4), (ln.bfloat16, 8)])
+def test_triton_across_rows_default_holds_32_elements_per_thread_or_16_for_16_bit_tiles(dtype, warps):
+    config = registry.get("triton").default_config(_norm_backward_row_kernel(dtype, rows=4096))
+    assert (config.XBLOCK, config.RBLOCK, config.num_warps) == (4, 1024, warps)

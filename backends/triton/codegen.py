@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from ...ir import dtypes as dt
-from ...ir.index import Index, as_var, floordiv, product
+from ...ir.expr import loads
+from ...ir.index import Index, Indirect, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, signature
 from ...scheduler.online_softmax import online_softmax
 from .emit import KernelContext, TritonEmitter, identifier, mask_arg
@@ -422,6 +423,28 @@ class _Generator:
         return names
 
     # -- reductions across rows ------------------------------------------------------------------
+    def _prefetch_rows(self, em: TritonEmitter, inner: TritonEmitter) -> None:
+        """Software-pipelines the row loop of ``_rows_across``: each row block's tiles are loaded
+        one iteration ahead (into loop-carried ``pf`` values, the first before the loop), so
+        the next rows stream in while this block reduces and stores (rows past the end are
+        masked). Triton's own pipelining (``num_stages``) leaves this loop alone:
+        RMSNorm's backward on 32768x4096 bf16 took 0.267 ms either way, 0.222 prefetched."""
+        streams = list(dict.fromkeys(
+            n for e in self.k.expressions() for n in loads(e)
+            if em.ctx.index_deps(n.index) == {"x", "r"} and not any(isinstance(a, Indirect) for i in n.index
+                                                                      for a in i.atoms())))
+        if not streams:
+            return
+        carried = [em.fresh("pf") for _ in streams]
+        em.line("xnext = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        for name, e in zip(carried, streams):
+            em.line(f"{name} = {em.load_at_rows(e, 'xnext')}")
+        for name, e in zip(carried, streams):
+            inner.cache[e] = inner.assign(name + (".to(tl.float32)" if e.dtype.is_low_precision else ""))
+        inner.line("xnext = xindex + NPROG * XBLOCK")
+        for name, e in zip(carried, streams):
+            inner.line(f"{name} = {inner.load_at_rows(e, 'xnext')}")
+
     def _rows_across(self) -> None:
         """Persistent rows, ``NPROG`` programs each looping over every ``NPROG``-th row block. The
         row reductions and stores run per row block as in ``_rows``; values that do not vary along
@@ -451,6 +474,7 @@ class _Generator:
         inner = TritonEmitter(ctx, body, INDENT * 2, parent=em, loop_axes=frozenset({"x"}))
         inner.line("xindex = xstart + tl.arange(0, XBLOCK)[:, None]")
         self._masks(inner, axes[:1])
+        self._prefetch_rows(em, inner)
         for phase in range(k.num_phases):
             mine = [a for a in self._accumulators() if a.r.level == phase]
             self._block_phase(inner, [a for a in mine if not a.r.across],

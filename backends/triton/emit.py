@@ -52,10 +52,12 @@ class KernelContext:
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     asserts: bool = False            # some check was emitted: the function needs debug=True
     across: frozenset[str] = field(init=False)  # names of the kernel's reductions across rows
+    read_once: bool = field(init=False)  # one phase: what a loop loads is not read again
     _deps: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.across = frozenset(r.name for r in self.kernel.across)
+        self.read_once = self.kernel.num_phases == 1
         for axis in self.axes.values():
             for v in axis.kernel_vars:
                 self.axis_of[v.name] = axis.name
@@ -220,8 +222,22 @@ class TritonEmitter(ExprEmitter):
         ptr = self.ctx.ptr(e.buffer)
         off = self.offset(e.buffer, e.index)
         deps = self.ctx.index_deps(e.index)
-        text = f"tl.load({ptr} + ({off}){mask_arg(self.ctx.mask(deps), other=True)})"
+        # a one-phase loop streams its loads: leaving L2 first keeps room for what is reused
+        evict = ', eviction_policy="evict_first"' if self.ctx.read_once and deps & self.loop_axes else ""
+        text = f"tl.load({ptr} + ({off}){mask_arg(self.ctx.mask(deps), other=True)}{evict})"
         return text + ".to(tl.float32)" if e.dtype.is_low_precision else text
+
+    def load_at_rows(self, e: Load, rows: str) -> str:
+        """The text of ``e`` loaded at the flat row index ``rows`` in place of ``xindex``, in its
+        stored dtype; rows past ``xnumel`` read 0."""
+        layout = self.ctx.kernel.buffers[e.buffer].layout
+        flat = fold_divmod((layout.flat_index(e.index) - layout.offset).subs(self.ctx.subs))
+        x = self.ctx.axes["x"].flat
+        offset = self.index(flat.subs({x: Index.of(Var(rows, x.size))}))
+        masks = [f"({rows} < xnumel)", self.ctx.mask(self.ctx.index_deps(e.index) - {"x"})]
+        mask = " & ".join(m for m in masks if m)
+        evict = ', eviction_policy="evict_first"' if self.ctx.read_once else ""
+        return f"tl.load({self.ctx.ptr(e.buffer)} + ({offset}){mask_arg(mask, other=True)}{evict})"
 
     def index_value(self, e: IndexValue) -> str:
         text = self.flat(e.index)

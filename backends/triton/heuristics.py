@@ -15,11 +15,14 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
 * longer rows (or rows of unknown length): looped in chunks of 4096 elements with 16 warps
   (chunks of 1024 with 4 warps: 0.48; bf16 rmsnorm 4096x65536: 0.72, persistent: 0.44); rows
   whose softmax statistics take one pass (``scheduler/online_softmax.py``: a row max per chunk)
-  in chunks of 8192 with 8 warps and 2 stages (cross-entropy's 4096x128256 bf16 logits: 324 µs,
-  the tuner's best of 10, where 4096 with 16 warps takes 396);
+  in chunks of 4096 (32 sub-rows of 128, ``codegen.SUBROW``) with 8 warps and 2 stages
+  (cross-entropy's 4096x128256 bf16 logits: 0.297 ms, 0.83 of copy; chunks of 8192: 0.301;
+  2048 with 4 warps: 0.301; sub-rows of 256: 0.307);
 * reductions whose reduced dim is strided (a sum over dim 0, a mean over the middle dim): 32x32
   tiles, 8 warps, looped, each load contiguous along the rows (0.83; 64x64 with 4 warps, too few
-  programs: 0.34). ``x.mean(1)`` on (32, 2048, 512): 0.73 (kernel time); 64x32: 0.68, 64x16 with
+  programs: 0.34); a one-phase loop loads with ``evict_first`` (``emit.KernelContext.read_once``).
+  ``x.mean(1)`` on (32, 2048, 512): 0.73 (kernel time; 0.75 with ``evict_first``, where a full
+  ``x.sum()`` of the same 134 MB reaches 0.65 and its copy 0.92); 64x32: 0.68, 64x16 with
   4 warps: 0.52, 128x8: 0.31; the reduced dim split over 2-4 programs (split or split_sync): 0.59-0.67;
   none of 50 looped and split tilings up to 512x4 beat 0.74 (kernel time; the same time as
   (64, 512, 1024)'s, so this is the launch and ramp of a 134 MB kernel, not the tiling). Where the
@@ -40,8 +43,14 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   0.94 (its softmax keeps exp(x - slice max) and rescales it: one exp per element). Rows only reduced
   (cross-entropy's 4096x128256 bf16 logits, two reading phases) stay looped: 0.48, where
   split_sync's short programs wait at two barriers each (0.24-0.33 over 4-32 slices);
-* rows whose kernel also reduces across them (a norm's weight gradient, ``KReduction.across``):
-  persistent tiles as above (the backend takes such reductions only for rows of at most 32768);
+* rows whose kernel also reduces across them (a norm's weight gradient, ``KReduction.across``;
+  the backend takes them only for rows of at most 32768): persistent tiles of ``ROW_TILE``
+  elements, one program per 124 rows, each loading its next rows while it reduces the current
+  ones (``codegen._prefetch_rows``), which makes registers the limit: 32 elements per thread,
+  16 where every streamed tile is 16-bit. Backward of layernorm 32768x4096 float32: 4 warps
+  0.95 of copy (255 registers), 8 warps 0.76 (180 registers: one program per multiprocessor);
+  of bf16 RMSNorm: 8 warps 0.88 (126 registers), 4 warps 0.82, 16 warps 0.67. Without the
+  prefetch 0.82 and 0.70 at best;
 * full reductions: persistent in one program up to 32768 elements (one launch and no workspace:
   the mean over 32768 row losses takes 5.5 µs), else split across eight
   programs per multiprocessor in chunks of 2048 with 16 warps, combined by a second launch
@@ -64,7 +73,7 @@ from .params import Strategy, TritonConfig, next_pow2
 H200_SMS = 132
 PERSISTENT_ROW = 32768
 LOOPED_RBLOCK = 4096
-ONLINE_RBLOCK = 8192  # looped softmax statistics: a row max per chunk, so longer chunks amortize it
+ONLINE_RBLOCK = 4096  # looped softmax statistics: 32 sub-rows of 128, a running (max, sum) each
 SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
@@ -129,6 +138,8 @@ def _rows(kernel: Kernel) -> TritonConfig:
                             strategy=Strategy.SPLIT_SYNC, SPLIT=split)
     if row is not None and row <= PERSISTENT_ROW:
         rblock = next_pow2(row)
+        if kernel.across:
+            return _across(kernel, rows, rblock)
         tile = ROW_TILE * 4 if _narrow_loads(kernel) else ROW_TILE
         xblock = max(1, min(tile // rblock, _rows_per_program(rows)))
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=_warps(rblock * xblock),
@@ -136,6 +147,27 @@ def _rows(kernel: Kernel) -> TritonConfig:
     if any(r.op is ReduceOp.EXP_SUM for r in online_softmax(kernel).reductions):
         return TritonConfig(XBLOCK=1, RBLOCK=ONLINE_RBLOCK, num_warps=8, num_stages=2, strategy=Strategy.LOOPED)
     return TritonConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=16, strategy=Strategy.LOOPED)
+
+
+def _across(kernel: Kernel, rows: int | None, rblock: int) -> TritonConfig:
+    """Rows that also reduce across them: ``ROW_TILE`` elements per step of the row loop, 32 per
+    thread (16 where every tile the loop streams is 16-bit; see the module docstring)."""
+    xblock = max(1, min(ROW_TILE // rblock, _rows_per_program(rows)))
+    per_thread = 16 if _narrow_streams(kernel) else 32
+    warps = min(32, next_pow2(max(1, rblock * xblock // (32 * per_thread))))
+    return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=warps, strategy=Strategy.PERSISTENT)
+
+
+def _narrow_streams(kernel: Kernel) -> bool:
+    """True when every load that moves along both the rows and the reduced dim is 16-bit."""
+    pvars, rvars = {as_var(v) for v in kernel.pvars()}, {as_var(v) for v in kernel.rvars()}
+    found = []
+    for e in kernel.expressions():
+        for ld in loads(e):
+            free = kernel.buffers[ld.buffer].layout.flat_index(ld.index).free_vars()
+            if free & pvars and free & rvars:
+                found.append(kernel.buffers[ld.buffer].dtype)
+    return bool(found) and all(d.is_low_precision for d in found)
 
 
 def _strided(rows: int | None, row: int | None) -> TritonConfig:
