@@ -51,6 +51,22 @@ def test_split_rows_match_eager(fn, config):
     check(out, want)
 
 
+@pytest.mark.parametrize("config", ["sync_whole", "sync_rows", "sync_one_row"])
+def test_split_sync_softmax_of_infinite_and_nan_rows_matches_eager(config):
+    """A slice's exps are reused for the output (``_reuse_exp_terms``): rows holding +inf,
+    -inf, NaN, or only -inf give eager's NaNs and zeros."""
+    x = ln.placeholder("x", (6, 150), ln.float32)
+    a = rand(6, 150).cpu()
+    a[0, 7] = float("inf")
+    a[1, 100:] = float("-inf")
+    a[2, 140] = float("nan")
+    a[3] = float("-inf")
+    a[4, 3], a[4, 120] = float("inf"), float("-inf")
+    a = a.to(DEVICE)
+    configs = {**CONFIGS, "sync_one_row": forced("split_sync", 1, 64, 3)}
+    check(run(softmax(x), a, config=configs[config], inputs=[x]), torch.softmax(a, 1))
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_split_cross_entropy_matches_eager(config):
     """Two reduction phases, a gather and a row store that only one program per row makes."""
@@ -152,6 +168,18 @@ def test_strided_reductions_split_when_row_tiles_are_few(shape, build, split):
     assert cfg.SPLIT == split
     assert cfg.strategy is (Strategy.SPLIT if split > 1 else Strategy.LOOPED)
     assert cfg.XBLOCK == min(32, shape[-1]) and cfg.RBLOCK == 32
+
+
+def test_split_sync_softmax_takes_one_exp_per_element():
+    """The output ``exp(x - max) / sum`` reuses the slice's terms of the sum, times a row factor."""
+    kernel = _kernel((4, 4096), softmax)
+    settings = triton_settings.TritonSettings(interpret=False, debug=False)
+    source = generate(kernel, TritonConfig(XBLOCK=1, RBLOCK=1024, strategy="split_sync", SPLIT=4), settings).source
+    assert source.count("acc0_terms = tl.exp(") == 1 and source.count("tl.exp(acc0_terms_shift - acc0_out0) / ") == 1
+    assert source.count("tl.exp(") == 4  # the terms, the partials' rescale, the sum's and the output's factors
+    store = next(line for line in source.splitlines() if "tl.store(b_buf" in line)
+    value = store.split(", ")[1]
+    assert f"{value} = acc0_terms * " in source  # one multiply per element
 
 
 def test_split_sync_rows_of_one_program_publish_their_statistics_as_scalars():

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from ...ir import dtypes as dt
-from ...ir.expr import loads
+from ...ir.expr import AccRef, Apply, Expr, loads, walk
+from ...ir.ops import Op
 from ...ir.index import Index, Indirect, as_var, floordiv, product
 from ...scheduler.kernel import Kernel, signature
 from ...scheduler.online_softmax import online_softmax
@@ -296,13 +297,14 @@ class _Generator:
         constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK)]
         self._function(k.name, ctx, lines, constexprs, [], _cdiv(self.xnumel, cfg.XBLOCK))
 
-    def _phase(self, em: TritonEmitter, phase: int, whole: bool, start: str, end: str) -> list:
+    def _phase(self, em: TritonEmitter, phase: int, whole: bool, start: str, end: str,
+               exp_terms: dict[str, str] | None = None) -> list:
         """Reductions and element stores of ``phase`` over one block (``whole``) or a loop over
         ``[start, end)``; returns the phase's accumulators."""
         accs = [a for a in self._accumulators() if a.r.level == phase]
         stores = [s for s in self.k.elem_stores if s.phase == phase]
         if whole:
-            self._block_phase(em, accs, stores)
+            self._block_phase(em, accs, stores, exp_terms)
         else:
             self._loop_phase(em, accs, stores, start, end)
         return accs
@@ -331,10 +333,12 @@ class _Generator:
             em.line(f"{names[suffix]} = {expr}")
         return names
 
-    def _block_phase(self, em: TritonEmitter, accs, stores) -> None:
-        """Persistent: reduce whole rows at once; state ends in ``acc.names()``."""
+    def _block_phase(self, em: TritonEmitter, accs, stores, exp_terms: dict[str, str] | None = None) -> None:
+        """Persistent: reduce whole rows at once; state ends in ``acc.names()``; ``exp_terms``
+        names the exps of EXP_SUM accumulators that a later phase reuses (``_reuse_exp_terms``)."""
         for acc in accs:
-            for line in acc.block(self._tile(em, acc), em.ctx.mask(_XR), "rindex", _TILE, acc.names()):
+            for line in acc.block(self._tile(em, acc), em.ctx.mask(_XR), "rindex", _TILE, acc.names(),
+                                  (exp_terms or {}).get(acc.var)):
                 em.line(line)
         for st in stores:
             em.store(st.buffer, st.index, st.value, _XR, _TILE)
@@ -570,8 +574,9 @@ class _Generator:
             em.line("rindex = rstart + rbase")
             self._masks(em, axes[1:], {"r": "rend"})
         workspaces, barriers = ["ws_arrived"], 0
+        exp_terms = {a.var: f"{a.var}_terms" for a in self._accumulators() if a.is_exp_sum} if whole else {}
         for phase in range(k.num_phases):
-            accs = self._phase(em, phase, whole, "rstart", "rend")
+            accs = self._phase(em, phase, whole, "rstart", "rend", exp_terms)
             if not accs:
                 continue
             partial = self._partial_workspaces(accs)
@@ -582,6 +587,8 @@ class _Generator:
             for acc in accs:
                 self._reduce_partials(em, acc, partial, cached=False)
                 self._publish(em, acc, scalar=cfg.XBLOCK == 1 and acc.is_exp_sum)
+                if acc.var in exp_terms:
+                    self._reuse_exp_terms(em, acc, exp_terms[acc.var])
         body: list[str] = []
         inner = TritonEmitter(ctx, body, INDENT * 2, parent=em)  # values hoist; stores stay inside
         for st in k.row_stores:
@@ -592,6 +599,33 @@ class _Generator:
         constexprs = [("XBLOCK", cfg.XBLOCK), ("RBLOCK", cfg.RBLOCK), ("SPLIT", cfg.SPLIT),
                       ("SBLOCK", next_pow2(cfg.SPLIT))]
         self._function(k.name, ctx, lines, constexprs, workspaces, rows * cfg.SPLIT)
+
+    def _reuse_exp_terms(self, em: TritonEmitter, acc: TritonAccumulator, terms: str) -> None:
+        """A later phase's ``exp(x - max)`` (softmax's output) as the slice's own terms times one
+        factor per row, ``exp(x - m*) * exp(m* - max)``, where ``m*`` is the slice's max (0 when
+        infinite): one exp per element instead of two, and a division of it by a row value (the
+        sum) one multiply by a row factor. An infinite max or a NaN makes the factor or the sum
+        NaN where eager's ``exp(x - max)`` is NaN. H200, softmax over 1024x131072: 0.79 -> 0.84
+        of copy with the exps reused (the hand-written form reached 0.94)."""
+        body, top = acc.r.body, em.ctx.acc_values[(acc.r.name, 0)]
+
+        def is_exp(n: Expr) -> bool:
+            return (isinstance(n, Apply) and n.op is Op.EXP and isinstance(n.args[0], Apply)
+                    and n.args[0].op is Op.SUB and n.args[0].args[0] == body
+                    and isinstance(n.args[0].args[1], AccRef)
+                    and (n.args[0].args[1].name, n.args[0].args[1].output) == (acc.r.name, 0))
+
+        nodes = list(dict.fromkeys(n for st in self.k.elem_stores for n in walk(st.value)))
+        divisions = [n for n in nodes if isinstance(n, Apply) and n.op is Op.TRUEDIV and is_exp(n.args[0])
+                     and "r" not in em.ctx.deps(n.args[1]) and n not in em.cache]
+        for n in divisions:
+            factor = em.assign(f"tl.exp({terms}_shift - {top}) / {em.emit(n.args[1])}")
+            em.cache[n] = em.assign(f"{terms} * {factor}")
+        used = {a for n in nodes if isinstance(n, Apply) and n not in divisions for a in n.args}
+        used |= {st.value for st in self.k.elem_stores}
+        for n in nodes:
+            if is_exp(n) and n in used and n not in em.cache:
+                em.cache[n] = em.assign(f"{terms} * tl.exp({terms}_shift - {top})")
 
     @staticmethod
     def _barrier(em: TritonEmitter, count: int) -> None:

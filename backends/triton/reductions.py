@@ -155,15 +155,20 @@ class TritonAccumulator:
         lanes = self.lanes(value, mask, rindex, shape)
         return [f"{new[k]} = {expr}" for k, expr in lanes.items()] + self.merge(names, new)
 
-    def block(self, value: str, mask: str | None, rindex: str, shape: str, dst: dict[str, str]) -> list[str]:
+    def block(self, value: str, mask: str | None, rindex: str, shape: str, dst: dict[str, str],
+              terms: str | None = None) -> list[str]:
         """Statements reducing one block of elements ``value`` (a whole row, or a program's slice)
         into row state ``dst``: its lanes, reduced. EXP_SUM takes the block's max first, then the
-        sum of ``exp(x - max*)``: one exp per element, as a looped chunk folds."""
+        sum of ``exp(x - max*)``: one exp per element, as a looped chunk folds; ``terms`` names
+        those exps and ``terms + "_shift"`` the block's ``max*``, for later phases to reuse."""
         if self.spec.joint is Combine.EXP_SUM:
             t, top = self.var + "_block", dst["_max"]
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
-            return [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}",
-                    f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
+            lines = [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}"]
+            if terms is None:
+                return lines + [f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
+            return lines + [f"{terms}_shift = {_SHIFT.format(m=top)}", f"{terms} = tl.exp({t} - {terms}_shift)",
+                            f"{dst['_sum']} = {reduce_rows('sum', terms)}"]
         lanes = self.names(self.var + "_lane")
         exprs = self.lanes(value, mask, rindex, shape)
         return [f"{lanes[k]} = {expr}" for k, expr in exprs.items()] + self.reduce(lanes, dst)
