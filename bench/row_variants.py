@@ -8,11 +8,15 @@ mean over the row losses):
 * ``ce_vocab_bf16`` (4096 x 128256 bf16 logits): looped rows whose chunk is ``R`` sub-rows of ``W``
   elements, each sub-row held by one warp, so the chunk's max and sum need no barrier across
   warps; each sub-row keeps its own running max and sum, combined once at the end of the row.
-  Generated today: one running max per row, a block-wide max per chunk.
+  Codegen has emitted this form since (``codegen._subrows``), in chunks of 4096.
 * ``few_rows_logsoftmax`` (128 x 262144) and ``wide_softmax`` (1024 x 131072): rows split across
   ``SPLIT`` programs of one launch that exchange each slice's (max, sum of exp) once, instead of
   the max and then the sum (two barriers); the softmax keeps ``exp(x - slice max)`` in registers
-  and rescales it, one exp per element. Generated today: two barriers, two exps for softmax.
+  and rescales it, one exp per element. Codegen has emitted both since (``codegen.
+  one_pass_statistics``, ``codegen._reuse_exp_terms``).
+* ``mean_mid`` ((32, 2048, 512) float32, ``x.mean(1)``): tiles of columns x rows, the reduced dim
+  split over programs that add into a zeroed output with atomics; a copy and a full sum of the
+  same tensor show what a kernel of this size reaches at all.
 
 ``--generated`` times loopnest's own kernels for these rows instead, under configs and codegen
 switches given in ``GENERATED`` (each with its kernels' registers and spills from Triton, and its

@@ -22,6 +22,7 @@ from loopnest.pipeline import compile_graph
 from loopnest.scheduler.schedule import schedule
 from loopnest.scheduler.serial import kernel_text, parse_kernel
 from test_ir_parser import random_inputs, run
+from test_triton import DEVICE
 
 CPP = registry.get("cpp")
 
@@ -35,7 +36,7 @@ def _training_step(fn, *args, seed: int = 1):
     float32 from ``seed``, then cast: the same values at every dtype)."""
     args = [a.detach().clone().requires_grad_(a.is_floating_point()) for a in args]
     out = fn(*args)
-    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype).to(out.device)
     return out, torch.autograd.grad(out, [a for a in args if a.requires_grad], grad_out)
 
 
@@ -47,7 +48,8 @@ def _norm_backward_kernels(kernel_counts: list):
 
 @pytest.mark.parametrize("rows, cols", [(37, 53), (300, 200), (2, 7)])
 def test_layernorm_backward_is_one_kernel_and_matches_eager(rows, cols, backend):
-    x, w, b = torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
+    device = DEVICE if backend.name == "triton" else "cpu"  # the interpreter runs on CPU tensors
+    x, w, b = (t.to(device) for t in (torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)))
     counts: list = []
     fn = torch.compile(lambda x, w, b: F.layer_norm(x, (cols,), w, b), backend="loopnest",
                        options={"backend": backend.name, "tune": "off", "recorder": _norm_backward_kernels(counts)},
