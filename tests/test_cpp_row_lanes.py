@@ -60,6 +60,6 @@ def test_integer_sums_by_lanes_are_exact():
 def test_row_vectors_is_a_knob_of_row_reductions_only():
     space = get("cpp").space
     rows = space(row_kernel((64, 96), REDUCTIONS["sum"][0]), this_cpu())
-    assert next(k for k in rows.knobs if k.name == "row_vectors").choices == (0, 1, 4)
+    assert next(k for k in rows.knobs if k.name == "row_vectors").choices == (0, 1, 4, 8)
     columns = space(row_kernel((64, 96), lambda x: ln.sum(x, 0)), this_cpu())
     assert "row_vectors" not in {k.name for k in columns.knobs}

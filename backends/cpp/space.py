@@ -22,7 +22,7 @@ from .split_rows import can_split_rows
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
 ROW_GRAINS = (0, 1, 8, 64)            # rows or columns per scheduling chunk
-ROW_VECTOR_CHOICES = (0, 1, 4)        # vectors of partial states of a row reduction (0: by the sizes)
+ROW_VECTOR_CHOICES = (0, 1, 4, 8)     # vectors of partial states of a row reduction (0: by the sizes)
 ELEMENT_GRAINS = (0, 1024, 16384)     # elements per chunk of a 1-D pointwise loop
 
 
