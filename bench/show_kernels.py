@@ -53,7 +53,7 @@ def graphs(w, size: str) -> list:
     with torch._subclasses.FakeTensorMode():
         args = w.train_inputs(size)
         step = aot_function(w.fn, fw_compiler=grab, bw_compiler=grab, decompositions=decomposition_table(),
-                        partition_fn=min_cut_rematerialization_partition)  # as torch.compile(backend="loopnest")
+                            partition_fn=min_cut_rematerialization_partition)  # as torch.compile(backend="loopnest")
         training_step(step, args)
     return found
 

@@ -15,13 +15,14 @@ from memory) 0.73x, where one vector runs at the copy bandwidth. So by default (
 a kernel keeps four vectors where what it moves fits in a quarter of the last-level cache, one
 otherwise; ``CppConfig.row_vectors`` is a tuner knob.
 
-g++ keeps the lane arrays on the stack, not in registers: each step loads, adds and stores them,
-so a lane's chain waits on store-to-load forwarding as well as the add (seen in the assembly of
-layernorm's kernel, 512- and 256-bit alike). Eight vectors hide more of it: at cache sizes
-(12-04, same host) layernorm 187 -> 181 µs, softmax 231 -> 217, full_absmax 49.8 -> 45.0,
-logsumexp_ce 214 -> 201, add_layernorm 138 -> 142; at CPU sizes, from memory, -6% to +6%
-across rows. So eight is a tuner choice, not the default. Lanes kept in registers (the loop
-bound hidden from g++) gained on some rows and lost on others (-6% to +7%), so they stay arrays.
+Where the row's length is a constant, g++ keeps the lane arrays on the stack, not in registers:
+each step loads, adds and stores them, so a lane's chain waits on store-to-load forwarding as
+well as the add (seen in the assembly of layernorm's kernel, 512- and 256-bit alike). Eight
+vectors hide more of it: at cache sizes (12-04, same host) layernorm 187 -> 181 µs, softmax 231
+-> 217, full_absmax 49.8 -> 45.0, logsumexp_ce 214 -> 201, add_layernorm 138 -> 142; at CPU
+sizes, from memory, -6% to +6% across rows. So eight is a tuner choice, not the default. Lanes
+kept in registers (the loop bound hidden from g++) gained on some rows and lost on others (-6%
+to +7%), so they stay arrays.
 """
 from __future__ import annotations
 
