@@ -3,8 +3,8 @@
 ``#pragma omp simd reduction(+:acc)`` over a row gives one vector of partial sums: each vector
 add waits for the one before (4 cycles on AVX-512 cores), so a sum over a row in L1 or L2
 reads 16 floats every 4 cycles where the core could load 32 per cycle. Here the loop runs in
-steps of several vectors over lane arrays of that many partial states, which g++ keeps in as
-many independent vector registers; the lanes are combined into the scalar state after the loop,
+steps of several vectors over lane arrays of that many partial states, as many independent
+chains of vector adds; the lanes are combined into the scalar state after the loop,
 and the elements after the last full step run through the reduction's plain ``omp simd`` loop.
 Sums add in another order (as ``omp simd`` already allows); max, min and NaN flags are exact.
 

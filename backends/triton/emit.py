@@ -147,14 +147,19 @@ class TritonEmitter(ExprEmitter):
             return self.indirect_name(a)
         return a.name  # a flat tile index (xindex, yindex, rindex)
 
-    def flat(self, index: Index) -> str:
-        """Text of a kernel-level index expression over the tile's flat indices."""
-        return self.index(fold_divmod(index.subs(self.ctx.subs)))
+    def flat(self, index: Index, rows: str | None = None) -> str:
+        """Text of a kernel-level index expression over the tile's flat indices (``rows``: a
+        flat row index named in place of ``xindex``)."""
+        flat = fold_divmod(index.subs(self.ctx.subs))
+        if rows is not None:
+            x = self.ctx.axes["x"].flat
+            flat = flat.subs({x: Index.of(Var(rows, x.size))})
+        return self.index(flat)
 
-    def offset(self, buffer: str, index: tuple[Index, ...]) -> str:
+    def offset(self, buffer: str, index: tuple[Index, ...], rows: str | None = None) -> str:
         """Element offset of ``buffer[index]`` from the buffer's (view's) data pointer."""
         layout = self.ctx.kernel.buffers[buffer].layout
-        return self.flat(layout.flat_index(index) - layout.offset)
+        return self.flat(layout.flat_index(index) - layout.offset, rows)
 
     def indirect_name(self, a: Indirect) -> str:
         """The value of a gather index: wrapped from the end where the op allows it, checked
@@ -219,24 +224,20 @@ class TritonEmitter(ExprEmitter):
         return ctx.acc_values[key]
 
     def load(self, e: Load) -> str:
-        ptr = self.ctx.ptr(e.buffer)
-        off = self.offset(e.buffer, e.index)
         deps = self.ctx.index_deps(e.index)
-        # a one-phase loop streams its loads: leaving L2 first keeps room for what is reused
-        evict = ', eviction_policy="evict_first"' if self.ctx.read_once and deps & self.loop_axes else ""
-        text = f"tl.load({ptr} + ({off}){mask_arg(self.ctx.mask(deps), other=True)}{evict})"
+        text = self._load_text(e, self.offset(e.buffer, e.index), self.ctx.mask(deps), bool(deps & self.loop_axes))
         return text + ".to(tl.float32)" if e.dtype.is_low_precision else text
 
     def load_at_rows(self, e: Load, rows: str) -> str:
         """The text of ``e`` loaded at the flat row index ``rows`` in place of ``xindex``, in its
         stored dtype; rows past ``xnumel`` read 0."""
-        layout = self.ctx.kernel.buffers[e.buffer].layout
-        flat = fold_divmod((layout.flat_index(e.index) - layout.offset).subs(self.ctx.subs))
-        x = self.ctx.axes["x"].flat
-        offset = self.index(flat.subs({x: Index.of(Var(rows, x.size))}))
         masks = [f"({rows} < xnumel)", self.ctx.mask(self.ctx.index_deps(e.index) - {"x"})]
-        mask = " & ".join(m for m in masks if m)
-        evict = ', eviction_policy="evict_first"' if self.ctx.read_once else ""
+        return self._load_text(e, self.offset(e.buffer, e.index, rows), " & ".join(m for m in masks if m), True)
+
+    def _load_text(self, e: Load, offset: str, mask: str | None, streams: bool) -> str:
+        """``tl.load`` of ``e`` at ``offset``; a load that streams through a one-phase loop
+        leaves L2 first, keeping room for what is reused."""
+        evict = ', eviction_policy="evict_first"' if streams and self.ctx.read_once else ""
         return f"tl.load({self.ctx.ptr(e.buffer)} + ({offset}){mask_arg(mask, other=True)}{evict})"
 
     def index_value(self, e: IndexValue) -> str:

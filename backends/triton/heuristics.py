@@ -39,8 +39,8 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   at once). The softmax statistics of a slice meet at one barrier (``codegen.
   one_pass_statistics``). Generated, H200 (bench/row_variants.py --generated): log_softmax
   128x262144 0.72 of copy (slices of 8192: 0.55; 16 warps: 0.53; two barriers: 0.65), softmax
-  1024x131072 0.79 (two barriers: 0.74; looped: 0.41). The hand-written form reaches 0.77 and
-  0.94 (its softmax keeps exp(x - slice max) and rescales it: one exp per element). Rows only reduced
+  1024x131072 0.79 (two barriers: 0.74; looped: 0.41), 0.84 since its output reuses the slice's
+  exps (``codegen._reuse_exp_terms``). The hand-written forms reach 0.77 and 0.94. Rows only reduced
   (cross-entropy's 4096x128256 bf16 logits, two reading phases) stay looped: 0.48, where
   split_sync's short programs wait at two barriers each (0.24-0.33 over 4-32 slices);
 * rows whose kernel also reduces across them (a norm's weight gradient, ``KReduction.across``;
