@@ -115,3 +115,26 @@ def print_memory_table(rows: list[tuple[str, dict]], columns) -> None:
     print("|---" * (1 + 2 * len(columns)) + "|")
     for name, mem in rows:
         print(f"| {name} | {cells(mem, 0, '.0f')} | {cells(mem, 1, '.2f')} |")
+
+
+def triton_registers(compiled) -> list[str]:
+    """``registers/spills`` of each Triton launch of a compiled graph (none under Triton's
+    interpreter, which compiles nothing)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return []
+    out = []
+    for launcher in compiled.artifact.launchers.values():
+        for step in launcher.bind({}).steps:
+            k = step.compiled(step.warmup_args())
+            k._init_handles()
+            out.append(f"{k.n_regs}/{k.n_spills}")
+    return out
+
+
+def triton_median_ms(fn, args) -> float:
+    """Median ms of ``fn(*args)`` from ``triton.testing.do_bench`` (NaN under Triton's
+    interpreter, where a time says nothing)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return float("nan")
+    import triton.testing
+    return triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")

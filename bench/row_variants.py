@@ -40,6 +40,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import loopnest  # noqa: E402,F401  (registers the torch.compile backend)
+from common import triton_median_ms, triton_registers  # noqa: E402
 from loopnest.backends import registry  # noqa: E402
 from loopnest.backends.base import schedule_for  # noqa: E402
 from loopnest.backends.triton import codegen, emit  # noqa: E402
@@ -276,15 +277,8 @@ def generated(name: str, fn, args, nbytes: int, copy_gbs: float, dump: str | Non
             got = call(*args)
             got = got[0] if isinstance(got, (tuple, list)) else got
             err = (got.double() - want).abs().max().item()
-            ms = bench(call, args)
-            regs = []
-            for launcher in compiled.artifact.launchers.values():
-                for step in launcher.bind({}).steps:
-                    if INTERPRET:
-                        continue
-                    k = step.compiled(step.warmup_args())
-                    k._init_handles()
-                    regs.append(f"{k.n_regs}/{k.n_spills}")
+            ms = triton_median_ms(call, args)
+            regs = triton_registers(compiled)
             if dump:
                 for k, c in configs.items():
                     kernel = next(x for x in kernels if x.name == k)
@@ -302,13 +296,6 @@ def references(x: torch.Tensor) -> list:
     sum (read only), so a row's fraction can be set beside the best the size allows."""
     return [("x.clone()", torch.clone, 2 * x.numel() * x.element_size()),
             ("x.sum()", torch.sum, x.numel() * x.element_size())]
-
-
-def bench(fn, args) -> float:
-    """Median ms of ``fn(*args)`` (one call on the interpreter)."""
-    if INTERPRET:
-        return float("nan")
-    return triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
 
 
 def main() -> None:
@@ -336,10 +323,10 @@ def main() -> None:
         for label, call in peers + variants:
             got = call(*args)
             err = (got.double() - want).abs().max().item()
-            ms = bench(call, args)
+            ms = triton_median_ms(call, args)
             print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / a.copy_gbs:.2f} | {err:.1e} |", flush=True)
         for label, call, moved in ([] if INTERPRET else references(args[0])):
-            ms = bench(call, (args[0],))
+            ms = triton_median_ms(call, (args[0],))
             print(f"| reference: {label} | {ms:.4f} | {moved / (ms * 1e-3) / 1e9 / a.copy_gbs:.2f} | |", flush=True)
 
 

@@ -21,6 +21,7 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from common import triton_median_ms, triton_registers  # noqa: E402
 from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition  # noqa: E402
 
 from loopnest.autotune.workloads import WORKLOADS, training_step  # noqa: E402
@@ -152,9 +153,8 @@ def probe(name: str, size: str, copy_gbs: float, variants: bool = True) -> None:
             got = [t for t in compiled(*args) if isinstance(t, torch.Tensor)]
             err = max((((g.double() - e.double()).norm() / e.double().norm()).item() for g, e in zip(got, want)),
                       default=0.0)
-            ms = float("nan") if INTERPRET else triton.testing.do_bench(lambda: compiled(*args), warmup=25, rep=200,
-                                                                        return_mode="median")
-            regs = " ".join(registers(compiled))
+            ms = triton_median_ms(compiled, args)
+            regs = " ".join(triton_registers(compiled))
         finally:
             for k, v in saved.items():
                 setattr(codegen, k, v)
@@ -164,21 +164,8 @@ def probe(name: str, size: str, copy_gbs: float, variants: bool = True) -> None:
             continue
         got = call(*args)
         err = max(((g.double() - e.double()).norm() / e.double().norm()).item() for g, e in zip(got, want))
-        ms = float("nan") if INTERPRET else triton.testing.do_bench(lambda: call(*args), warmup=25, rep=200,
-                                                                    return_mode="median")
+        ms = triton_median_ms(call, args)
         print(f"| {label} | {ms:.4f} | {nbytes / (ms * 1e-3) / 1e9 / copy_gbs:.2f} | {err:.1e} | |", flush=True)
-
-
-def registers(compiled) -> list[str]:
-    """``registers/spills`` of each launch of a compiled graph (none on the interpreter)."""
-    out = []
-    for launcher in compiled.artifact.launchers.values():
-        for step in launcher.bind({}).steps:
-            if not INTERPRET:
-                k = step.compiled(step.warmup_args())
-                k._init_handles()
-                out.append(f"{k.n_regs}/{k.n_spills}")
-    return out
 
 
 def main() -> None:
