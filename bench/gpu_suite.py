@@ -2,7 +2,8 @@
 
 For each workload at GPU sizes (the ten, the new rows and the training rows of
 autotune/workloads.py): the median time of each variant (do_bench, inputs several times larger
-than L2), the fraction of the measured copy bandwidth each reaches on the workload's minimum bytes
+than L2; the median of ``ROUNDS`` rounds, the columns interleaved round by round, since a
+compiler's worker processes or another tenant can load the host for seconds), the fraction of the measured copy bandwidth each reaches on the workload's minimum bytes
 (``Workload.min_bytes``: every input read once + every output written once; training rows, timed
 as one forward + backward step, count their passes), cold compile time of each, a check against
 float64 (outputs and gradients), and for training rows the GPU kernels one step launches. The "tuned" column uses ``tune="db"`` with the tuning DB at ``LOOPNEST_DB``
@@ -42,6 +43,8 @@ from loopnest.autotune.workloads import (NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, W
 
 torch._inductor.config.fx_graph_cache = False
 torch._dynamo.config.recompile_limit = 64
+
+ROUNDS = 3  # timing rounds per column (do_bench's 100 ms each); the median round counts
 
 WARM = r"""
 import cProfile, json, os, pstats, sys, time, torch
@@ -122,6 +125,7 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
     grad_out = grad_output(eager) if w.train else None
     dtypes = result_dtypes(w, args)
     result = {"name": name, "ms": {}, "cold_s": {}, "status": {}, "kernels": {}, "memory": {}}
+    calls = {}
     for variant, fn in variants(w.fn, tuned, device != "cuda", w.train).items():
         call = (lambda fn=fn: training_step(fn, args, grad_out)) if w.train else (lambda fn=fn: fn(*args))
         sync(device)
@@ -130,7 +134,13 @@ def run(name: str, tuned: bool, copy_gbs: float, size: str = "gpu", device: str 
         sync(device)
         result["cold_s"][variant] = time.perf_counter() - t0
         result["status"][variant] = check(got, want, name, variant, dtypes, w)
-        result["ms"][variant] = bench(call, device)
+        calls[variant] = call
+    rounds = {variant: [] for variant in calls}
+    for _ in range(ROUNDS):  # interleaved: a transient load on the host hits every column alike
+        for variant, call in calls.items():
+            rounds[variant].append(bench(call, device))
+    for variant, call in calls.items():
+        result["ms"][variant] = statistics.median(rounds[variant])
         result["memory"][variant] = memory_use(call, device)
         if w.train and device == "cuda":
             result["kernels"][variant] = count_kernels(call)
@@ -155,9 +165,9 @@ def sync(device: str) -> None:
 
 
 def bench(fn, device: str) -> float:
-    """Median ms: do_bench on CUDA (events, L2 flushed); wall clock for a CPU smoke run."""
+    """Median ms of one round: do_bench on CUDA (events, L2 flushed); wall clock for a CPU smoke run."""
     if device == "cuda":
-        return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
     return median_ms(fn, 5)
 
 
