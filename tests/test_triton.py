@@ -23,6 +23,7 @@ from loopnest.backends.triton import settings as triton_settings
 from loopnest.backends.triton.compile import compile_ahead, load_module
 from loopnest.backends.triton.indexing import transposed_split
 from loopnest.backends.triton.launch import StaticLaunch, static_kernel, static_launcher_class
+from loopnest.backends.triton import heuristics
 from loopnest.backends.triton.heuristics import H200_SMS
 from loopnest.backends.triton.params import SPLIT_STRATEGIES, Strategy, TritonConfig, next_pow2
 from loopnest.core import settings
@@ -437,3 +438,20 @@ def test_gpu_source_compiles_for_sm90():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(out.stdout.split("compiled")[-1]) >= 22
+
+
+def test_evict_first_only_on_one_phase_kernels_of_a_few_l2s():
+    small = ln.placeholder("x", (64, 128), ln.float32)
+    (col_sum,) = _kernels(ln.sum(small, 0), rand(64, 128))
+    assert heuristics.evict_first(col_sum)
+    assert "evict_first" in _source(col_sum, registry.get("triton").default_config(col_sum))
+    (softmax_rows,) = _kernels(softmax(small), rand(64, 128))
+    assert not heuristics.evict_first(softmax_rows)  # three phases: the second reads hit L2
+    rows = heuristics.EVICT_FIRST_L2S * heuristics.l2_bytes() // (4 * 1024) + 1
+    big = ln.placeholder("y", (rows, 1024), ln.float32)
+    (big_sum,) = _kernels(ln.sum(big, 0), torch.empty(rows, 1024, device="meta"))
+    assert not heuristics.evict_first(big_sum)
+    assert "evict_first" not in _source(big_sum, registry.get("triton").default_config(big_sum))
+    symbolic = ln.placeholder("z", ("R", "C"), ln.float32)
+    (sym_sum,) = _kernels(ln.sum(symbolic, 0), rand(64, 128))
+    assert heuristics.evict_first(sym_sum) == (sym_sum.bytes_moved().as_int() is not None)

@@ -19,6 +19,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, SYMBOL, mangle
+from . import heuristics
 from .indexing import Axis, fold_divmod
 from .ops import render_cast, render_const, render_fast_tanh, render_op, storage_value, tl_type
 from .reductions import reduce_rows
@@ -52,12 +53,12 @@ class KernelContext:
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     asserts: bool = False            # some check was emitted: the function needs debug=True
     across: frozenset[str] = field(init=False)  # names of the kernel's reductions across rows
-    read_once: bool = field(init=False)  # one phase: what a loop loads is not read again
+    read_once: bool = field(init=False)  # loads that stream through a loop leave L2 first (evict_first)
     _deps: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.across = frozenset(r.name for r in self.kernel.across)
-        self.read_once = self.kernel.num_phases == 1
+        self.read_once = heuristics.evict_first(self.kernel)
         for axis in self.axes.values():
             for v in axis.kernel_vars:
                 self.axis_of[v.name] = axis.name
