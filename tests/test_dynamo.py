@@ -457,3 +457,45 @@ def test_a_forward_graph_returning_the_inputs_it_saves_takes_the_direct_path():
     for k, leaf in enumerate(forward.program.outputs):
         if leaf.kind == "arg":
             assert out[k] is args[leaf.value]  # the argument itself, as AOTAutograd saved it
+
+
+class _Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(16, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return x + self.proj(Fn.gelu(self.fc(x)))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_addmm_feeding_pointwise_ops_splits_into_mm_and_a_fused_bias(backend):
+    """Both linears' results only feed pointwise ops (GELU, the residual add): each becomes ATen's
+    mm with its bias added inside the kernel that reads the product."""
+    torch.manual_seed(0)
+    model, x = _Mlp().eval(), torch.randn(3, 5, 16)
+    with torch.no_grad():
+        e = ln.explain(model, x, backend=backend, tune="off")
+        got = torch.compile(model, backend="loopnest", options={"backend": backend, "tune": "off"})(x)
+        want = model.double()(x.double())
+    assert [f.op for f in e.graphs[0].fallbacks] == ["aten.mm.default"] * 2
+    assert e.num_kernels == 2  # bias + GELU; bias + residual
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_addmm_kept_where_its_result_is_used_whole_or_scaled():
+    """A result the graph returns (or saves for backward), a LayerNorm input, and beta/alpha other
+    than 1 stay one ATen addmm."""
+    torch.manual_seed(0)
+    w, b = torch.randn(6, 4), torch.randn(6)
+
+    def fn(x):
+        y = torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0)
+        return Fn.linear(x, w, b), Fn.layer_norm(Fn.linear(x, w, b), (6,)), torch.relu(y)
+
+    x = torch.randn(5, 4)
+    e = ln.explain(fn, x, backend="cpp", tune="off")
+    assert [f.op for f in e.graphs[0].fallbacks] == ["aten.addmm.default"] * 3
+    got = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})(x)
+    for g, want in zip(got, fn(x)):
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
