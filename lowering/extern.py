@@ -14,7 +14,7 @@ from ..core.trees import leaves, map_leaves
 from ..dsl.tensor import extern
 from ..ir import dtypes as dt
 from .carriers import Carrier, carrier_of
-from .registry import LoweringContext, LoweringError, Unsupported
+from .registry import LoweringContext, LoweringError
 from .symbolic import shape_of, strides_of
 
 aten = torch.ops.aten
@@ -120,20 +120,6 @@ def _spec(value: torch.Tensor, node) -> tuple:
         raise LoweringError(f"{node.format_node()}: {e}") from None
     strides = None if value.is_contiguous() else strides_of(value)
     return shape_of(value), dtype, strides
-
-
-def lower_call(ctx: LoweringContext, op, positions: tuple[int, ...], args: tuple, reason: str):
-    """``op(*args)`` through ATen in place of the node, returning the node's traced output (one
-    tensor in a loopnest dtype); ``args`` are the lowered values of the node's positional
-    arguments at ``positions``."""
-    traced = [ctx.arg_val(k) for k in positions]
-    val = ctx.val
-    if not isinstance(val, torch.Tensor) or any(carrier_of(v) for v in (*traced, val)):
-        raise Unsupported(reason)
-    devices = tuple(v.device if isinstance(v, torch.Tensor) else None for v in traced)
-    (out,) = extern(str(op), ExternFn(op, None, devices), args, {}, [_spec(val, ctx.node)], reason)
-    ctx.called.append((str(op), reason))
-    return out
 
 
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):

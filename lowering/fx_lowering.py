@@ -173,7 +173,6 @@ class FxLowering:
             result = rule(ctx, *args, **kwargs)
         except Unsupported as e:
             return self._extern(ctx, args, kwargs, str(e))
-        self.fallbacks.extend(Fallback(op, reason, node.name) for op, reason in ctx.called)
         return _conform(node, result, val)
 
     def _scalar(self, node, val):

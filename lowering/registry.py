@@ -8,7 +8,7 @@ handle raises ``Unsupported(reason)``: the node then becomes an Extern call with
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -54,11 +54,9 @@ def register_family(table: dict[OpOverload, Any], make_rule: Callable[[Any], Rul
 
 @dataclass
 class LoweringContext:
-    """What a rule may know about the node it lowers besides its arguments, and the ATen ops
-    its result calls (``called``: (op, reason) pairs, listed among the graph's fallbacks)."""
+    """What a rule may know about the node it lowers besides its arguments."""
 
     node: torch.fx.Node
-    called: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def val(self):
