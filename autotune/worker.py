@@ -219,6 +219,11 @@ class Worker:
         return tuner.tune_kernel(kernel)
 
 
+# NVLink multicast stays off in every worker process: tuning needs no collectives, and a program
+# that uses multicast can put a shared host's GPUs out of service.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
 def visible_devices(spec: str, backend: Backend) -> list[str]:
     """The device indices ``--devices`` names (``all`` or ``0,1``); one entry, ``cpu``, on the CPU."""
     if backend.device != "cuda":
@@ -236,7 +241,8 @@ def visible_devices(spec: str, backend: Backend) -> list[str]:
 
 def spawn_per_device(devices: list[str], argv: list[str]) -> int:
     """Run ``autotune worker ARGV`` once per device, each process seeing only its device
-    (``CUDA_VISIBLE_DEVICES``); returns the worst exit status."""
+    (``CUDA_VISIBLE_DEVICES``) with multicast off (``NO_MULTICAST``: workers never talk to each
+    other); returns the worst exit status."""
     procs = [subprocess.Popen([sys.executable, "-m", "loopnest.cli", "worker", *argv],
-                              env={**os.environ, "CUDA_VISIBLE_DEVICES": d}) for d in devices]
+                              env={**os.environ, **NO_MULTICAST, "CUDA_VISIBLE_DEVICES": d}) for d in devices]
     return max(p.wait() for p in procs)

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 import loopnest as ln
 from autotune_support import db_url  # noqa: F401 - db_url is a fixture
 from loopnest.autotune import request
+from loopnest.autotune import worker as worker_module
 from loopnest.backends import registry
 from loopnest.db.api import TuningDB
 from loopnest.db.models import RequestState
@@ -152,3 +153,24 @@ def test_two_workers_share_one_large_request_s_study_within_its_budget(db_url, t
     assert len(owners) == 2, owners                                               # both measured its configs
     assert len(measured_trials(db_url)[record.study]) == 8                        # the budget is the study's
     assert len(TuningDB(db_url).winners(backend="cpp")) == 1
+
+
+def test_one_worker_process_per_device_each_seeing_its_own_with_multicast_off(monkeypatch):
+    started = []
+
+    class FakeProcess:
+        def __init__(self, argv, env):
+            started.append((argv, env))
+            self.status = len(started) - 1  # the second process fails
+
+        def wait(self):
+            return self.status
+
+    monkeypatch.setattr(worker_module.subprocess, "Popen", FakeProcess)
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # a caller's environment cannot turn it back on
+    assert worker_module.spawn_per_device(["0", "1"], ["--db", "sqlite:///x.db"]) == 1
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in started] == ["0", "1"]
+    for argv, env in started:
+        assert argv[-3:] == ["worker", "--db", "sqlite:///x.db"]
+        assert {k: env[k] for k in worker_module.NO_MULTICAST} == {
+            "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
