@@ -201,8 +201,8 @@ def print_side_by_side(workloads: list[str], urls: list[str], labels: list[str],
                        device: str, rounds: int = 5, calls: int = 20) -> None:
     """Each workload compiled from each database's winners (``tune="db"``), timed in interleaved
     rounds of ``calls`` synchronized calls; the median round of each, and its ratio to the first's."""
-    print(f"\n| workload | {' | '.join(f'{x} ms' for x in labels)} | {' | '.join(f'{x} / {labels[0]}' for x in labels[1:])} |")
-    print("|---|" + "---|" * (2 * len(labels) - 1))
+    columns = [f"{x} ms" for x in labels] + [f"{x} / {labels[0]}" for x in labels[1:]]
+    print(f"\n| workload | {' | '.join(columns)} |\n|---|" + "---|" * len(columns))
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for name in workloads:
         w = WORKLOADS[name]
@@ -220,8 +220,8 @@ def print_side_by_side(workloads: list[str], urls: list[str], labels: list[str],
                 sync()
                 times[k].append((time.perf_counter() - t0) / calls * 1e3)
         ms = [statistics.median(t) for t in times]
-        print(f"| {name} | {' | '.join(f'{m:.4f}' for m in ms)} | {' | '.join(f'{m / ms[0]:.3f}' for m in ms[1:])} |",
-              flush=True)
+        cells = [f"{m:.4f}" for m in ms] + [f"{m / ms[0]:.3f}" for m in ms[1:]]
+        print(f"| {name} | {' | '.join(cells)} |", flush=True)
 
 
 def print_row(r: dict, base: dict) -> None:
