@@ -1,5 +1,7 @@
 """Streaming stores in a C++ row kernel's last pass (``backends/cpp/streaming.py``): which passes
 stream, and that streamed outputs, aligned or not, equal eager."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -113,3 +115,45 @@ def test_streamed_half_precision_rows_equal_plain_stores(dtype, offset):
 
 def test_rows_of_halves_that_are_not_whole_lines_keep_plain_stores():
     assert STREAMED not in generate(rmsnorm_kernel(8, 48, ln.bfloat16), CppConfig(stores="stream"))
+
+
+PREFETCH = re.compile(r"__builtin_prefetch\(&b_\w+\[\(p0 \+ 1\)\*256 \+ rb_\]\);")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_in_l1_prefetch_the_next_row_and_equal_eager(dtype):
+    """Plain stores in blocks of one line of the input, the next row's line prefetched in each;
+    the last row prefetches past the end of the input, which never faults."""
+    kernel = layernorm_kernel(37, 256) if dtype == torch.float32 else None
+    if kernel is None:
+        x = ln.placeholder("x", (37, 256), ln.bfloat16)
+        w = ln.placeholder("w", (256,), ln.bfloat16)
+        xf = ln.cast(x, ln.float32)
+        y = xf * ln.rsqrt(ln.mean(xf * xf, 1, keepdim=True) + 1e-6) * ln.cast(w, ln.float32)
+        (kernel,) = kernels_of([ln.cast(y, ln.bfloat16)], [x, w])
+    assert streaming.wants_next_row_prefetch(kernel)
+    source = generate(kernel, CppConfig())
+    assert len(PREFETCH.findall(source)) == 1 and STREAMED not in source
+    assert f"rb_ += {64 // dtype.itemsize})" in source
+    x = torch.randn(37, 256).to(dtype)
+    if dtype == torch.float32:
+        inputs = {"x": x, "w": torch.randn(256), "b": torch.randn(256)}
+        want = F.layer_norm(x.double(), (256,), inputs["w"].double(), inputs["b"].double()).float()
+    else:
+        inputs = {"x": x, "w": torch.randn(256).to(dtype)}
+        xd = x.double()
+        want = (xd * torch.rsqrt(xd.pow(2).mean(1, keepdim=True) + 1e-6) * inputs["w"].double()).to(dtype)
+    out = torch.full((37, 256), float("nan"), dtype=dtype)
+    launch(kernel, CppConfig(), inputs, out)
+    torch.testing.assert_close(out, want, rtol=1e-4 if dtype == torch.float32 else 1e-2, atol=1e-4 if dtype == torch.float32 else 1e-2)
+
+
+def test_long_rows_and_one_pass_kernels_do_not_prefetch():
+    long_rows = softmax_kernel(2, streaming.PREFETCH_ROW_BYTES // 4 + 16)
+    assert not streaming.wants_next_row_prefetch(long_rows)
+    assert "__builtin_prefetch" not in generate(long_rows, CppConfig())
+    x = ln.placeholder("x", (8, 256), ln.float32)
+    (row_sum,) = kernels_of([ln.sum(x, 1)], [x])
+    assert not streaming.wants_next_row_prefetch(row_sum)
+    softmax_rows = generate(softmax_kernel(8, 256), CppConfig())  # its last pass rescales in place
+    assert "__builtin_prefetch" not in softmax_rows

@@ -26,7 +26,7 @@ from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_c
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
-from .streaming import stream_types, streamed_pass, wants_streaming
+from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
 from .two_pass import two_pass_welford
 
 
@@ -257,6 +257,7 @@ class KernelWriter:
         # reductions across rows: each thread's block partials, one element per point of the rdomain
         self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
         self.streaming = False  # set while the rows loop nest of a streamed kernel is written
+        self.prefetching = False  # set while the rows of a kernel that prefetches its next row are written
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -461,8 +462,9 @@ class KernelWriter:
             self.parallel_for(len(pv))
             indent = self.open_loops(pv, self.k.pdomain, "  ")
         self.streaming = len(pv) == 1 and wants_streaming(self.k, self.cfg.stores)
+        self.prefetching = not self.streaming and wants_next_row_prefetch(self.k)
         results = self.reduce_rows(indent, "0", self.c(self.k.rdomain[0]))
-        self.streaming = False
+        self.streaming = self.prefetching = False
         self.row_stores(indent, results)
         if across is not None:
             across.row_done(indent)
@@ -519,8 +521,8 @@ class KernelWriter:
         self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
-        if self.streaming and not mine and not deferred and len(rv) == 1:
-            streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k))
+        if (self.streaming or self.prefetching) and not mine and not deferred and len(rv) == 1:
+            streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k), stream=self.streaming)
             self.lines[pragma_at:] = streamed or self.lines[pragma_at:]
         if lanes:
             self.out(block, "}")

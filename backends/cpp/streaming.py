@@ -9,6 +9,13 @@ later passes, read from L1, no read of the next row would be in flight), and fen
 at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
 2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
 
+A multi-pass row kernel that does not stream, over rows of at most ``PREFETCH_ROW_BYTES``, runs
+its last pass in the same blocks with plain stores and the same prefetch of the next row
+(``streamed_pass(..., stream=False)``): that row's first pass then reads L1 instead of waiting
+on L2 or memory. Side by side on the 2-core Xeon (2026-12-04, kernels alone): bfloat16 RMSNorm
+0.78x the time at CPU size and 0.91x at cache size, layernorm 0.88x / 0.97-1.01x, add + layernorm
+0.96x / 0.94-0.97x; over rows of 1 MB (log_softmax on 8 x 262144) it cost 16%, hence the size.
+
 The pass is rewritten from its emitted lines: only float32, bfloat16 and float16 stores at
 ``ROW + r0`` with a row of a static multiple of the block qualify, in a pass that does not read
 the buffers it writes (softmax rescales its stored exponentials in place: those lines are in
@@ -27,6 +34,7 @@ from ..names import BUFFER, mangle
 from .ops import STORAGE
 
 LINE = 64  # bytes of one cache line, the unit of a non-temporal store
+PREFETCH_ROW_BYTES = 16 << 10  # rows up to this size prefetch the next one (a third of a 48 KB L1)
 _STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>[^;]+);$")
 _LOAD = re.compile(r"= (?:\w+\()?(?P<buf>b_\w+)\[(?P<row>[^\[\]]*\bp0\b[^\[\]]*?) \+ r0\]\)?;$")
 
@@ -54,18 +62,32 @@ def wants_streaming(kernel: Kernel, mode: str) -> bool:
     return moved is not None and moved > last_level_cache_bytes()
 
 
+def wants_next_row_prefetch(kernel: Kernel) -> bool:
+    """Whether a row kernel that does not stream prefetches its next row in its last pass: it
+    reads each row in several passes, and a row of its inputs (static length) takes at most
+    ``PREFETCH_ROW_BYTES``, so the next row is still in L1 when its first pass starts."""
+    n = kernel.rdomain[0].as_int() if len(kernel.rdomain) == 1 else None
+    if kernel.num_phases < 2 or len(kernel.pdomain) != 1 or n is None:
+        return False
+    widest = max((kernel.buffers[b].dtype.itemsize for b in kernel.inputs), default=0)
+    return 0 < n * widest <= PREFETCH_ROW_BYTES
+
+
 def stream_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
-    """The output buffers of ``kernel`` a streamed pass may store (float32, bfloat16, float16),
-    by their C name: (storage C type, bytes per element)."""
-    dtypes = {b: kernel.buffers[b].dtype for b in kernel.outputs}
+    """The buffers of ``kernel`` a streamed pass may store (its float32, bfloat16 and float16
+    outputs) or prefetch (its inputs of those dtypes), by their C name: (storage C type, bytes
+    per element)."""
+    dtypes = {b: kernel.buffers[b].dtype for b in (*kernel.inputs, *kernel.outputs)}
     return {mangle(BUFFER, b): (STORAGE[d], d.itemsize) for b, d in dtypes.items() if d in _STREAMED}
 
 
-def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int]]) -> list[str] | None:
+def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int]],
+                  stream: bool = True) -> list[str] | None:
     """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``r0`` from 0 to a
     static multiple of the block, its body, its closing brace) rewritten to stream its stores, or
     None when the pass does not qualify. ``types``: the outputs that may stream
-    (``stream_types``)."""
+    (``stream_types``). ``stream`` False keeps the stores as they are and only prefetches the
+    next row's input, one line per block."""
     if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
         return None
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
@@ -74,6 +96,11 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     body, staged, prefetch = [], [], None
     for line in lines[2:-1]:
         store = _STORE.match(line)
+        if store is not None and not stream:
+            if any(re.search(rf"\b{store['buf']}\[", seen) for seen in body):
+                return None  # the pass reads what it writes
+            body.append("  " + line)
+            continue
         if store is not None:
             if store["buf"] not in types or "r0" in store["row"]:
                 return None
@@ -85,10 +112,16 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
         load = _LOAD.search(line)
         if load is not None and prefetch is None and re.fullmatch(r"p0\*\d+", load["row"]):
             prefetch = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
+            prefetch_bytes = types.get(load["buf"], ("", 4))[1]
         body.append("  " + line)
-    if not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
+    if not stream:
+        if prefetch is None:
+            return None
+        lanes = LINE // prefetch_bytes
+    elif not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
         return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
-    lanes = LINE // min(types[buf][1] for buf, _ in staged)
+    else:
+        lanes = LINE // min(types[buf][1] for buf, _ in staged)
     if int(header.group(1)) % lanes:
         return None
     inner = indent + "  "
@@ -105,7 +138,9 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
         per_line = LINE // types[buf][1]
         out += [f"{inner}ln_stream_line(&{buf}[{row} + rb_{f' + {k}' if k else ''}], &st{n}_[{k}]);"
                 for k in range(0, lanes, per_line)]
-    out += [indent + "}", indent + "ln_stream_fence();"]
+    out.append(indent + "}")
+    if staged:
+        out.append(indent + "ln_stream_fence();")
     return out
 
 
