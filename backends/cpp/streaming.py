@@ -4,7 +4,7 @@ A plain store reads the line it writes first (write-allocate), so a kernel that 
 as it reads moves 3 bytes for every 2. The streamed pass computes one 64-byte line of lanes (16
 float32, or 32 when some output is bfloat16/float16) into a staging block per output and writes
 each with non-temporal stores (``ln_stream_line``: aligned lines only, plain stores otherwise),
-prefetches the same block of the next row's streaming input (while a row is in its
+prefetches the same block of the next row of each input read along rows (while a row is in its
 later passes, read from L1, no read of the next row would be in flight), and fences its stores
 at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
 2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
@@ -12,9 +12,10 @@ at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (be
 A multi-pass row kernel that does not stream, over rows of at most ``PREFETCH_ROW_BYTES``, runs
 its last pass in the same blocks with plain stores and the same prefetch of the next row
 (``streamed_pass(..., stream=False)``): that row's first pass then reads L1 instead of waiting
-on L2 or memory. Side by side on the 2-core Xeon (2026-12-04, kernels alone): bfloat16 RMSNorm
-0.78x the time at CPU size and 0.91x at cache size, layernorm 0.88x / 0.97-1.01x, add + layernorm
-0.96x / 0.94-0.97x; over rows of 1 MB (log_softmax on 8 x 262144) it cost 16%, hence the size.
+on L2 or memory. Side by side on the 2-core Xeon (2026-12-04, kernels alone, time with / without
+at CPU size and cache size): layernorm 0.83 / 0.99, bfloat16 RMSNorm 0.89 / 0.92, add + layernorm
+(both inputs prefetched) 0.87 / 1.01, bfloat16 RMSNorm backward 0.91 / 0.95; over rows of 1 MB
+(log_softmax on 8 x 262144) it cost 16%, hence the size.
 
 The pass is rewritten from its emitted lines: only float32, bfloat16 and float16 stores at
 ``ROW + r0`` with a row of a static multiple of the block qualify, in a pass that does not read
@@ -64,13 +65,15 @@ def wants_streaming(kernel: Kernel, mode: str) -> bool:
 
 def wants_next_row_prefetch(kernel: Kernel) -> bool:
     """Whether a row kernel that does not stream prefetches its next row in its last pass: it
-    reads each row in several passes, and a row of its inputs (static length) takes at most
-    ``PREFETCH_ROW_BYTES``, so the next row is still in L1 when its first pass starts."""
+    reads each row in several passes, and one row of all its inputs of two or more dims (static
+    length) with its float32 sums across rows (a norm backward's weight gradients, which stay in
+    L1 too) takes at most ``PREFETCH_ROW_BYTES``, so the next row is still in L1 when its first
+    pass starts (a layernorm backward, 16 KB of rows and 16 KB of sums: 1.18x the time with it)."""
     n = kernel.rdomain[0].as_int() if len(kernel.rdomain) == 1 else None
     if kernel.num_phases < 2 or len(kernel.pdomain) != 1 or n is None:
         return False
-    widest = max((kernel.buffers[b].dtype.itemsize for b in kernel.inputs), default=0)
-    return 0 < n * widest <= PREFETCH_ROW_BYTES
+    rows = sum(n * kernel.buffers[b].dtype.itemsize for b in kernel.inputs if len(kernel.buffers[b].sizes) > 1)
+    return 0 < rows and rows + 4 * n * len(kernel.across) <= PREFETCH_ROW_BYTES
 
 
 def stream_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
@@ -93,7 +96,7 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
     if header is None:
         return None
-    body, staged, prefetch = [], [], None
+    body, staged, prefetch = [], [], {}
     for line in lines[2:-1]:
         store = _STORE.match(line)
         if store is not None and not stream:
@@ -110,14 +113,13 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
         if re.search(r"\bb_\w+\[[^\]]*\] =", line):  # any other store: not ours to rewrite
             return None
         load = _LOAD.search(line)
-        if load is not None and prefetch is None and re.fullmatch(r"p0\*\d+", load["row"]):
-            prefetch = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
-            prefetch_bytes = types.get(load["buf"], ("", 4))[1]
+        if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
+            prefetch[load["buf"]] = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
         body.append("  " + line)
     if not stream:
-        if prefetch is None:
+        if not prefetch:
             return None
-        lanes = LINE // prefetch_bytes
+        lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in prefetch)
     elif not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
         return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
     else:
@@ -127,8 +129,7 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     inner = indent + "  "
     out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {lanes}) {{"]
     out += [f"{inner}alignas(64) {types[buf][0]} st{n}_[{lanes}];" for n, (buf, _) in enumerate(staged)]
-    if prefetch is not None:
-        out.append(inner + prefetch)
+    out += [inner + line for line in prefetch.values()]
     # counted from 0: with -fwrapv, ``r0 < rb_ + lanes`` would not tell g++ the trip count
     out += [inner + "#pragma omp simd", f"{inner}for (int64_t l_ = 0; l_ < {lanes}; ++l_) {{",
             f"{inner}  const int64_t r0 = rb_ + l_;"]
