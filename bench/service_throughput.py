@@ -49,7 +49,6 @@ from sqlalchemy import create_engine, make_url, text
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from loopnest.api import compile_fx
-
 from loopnest.autotune.requests import request_workloads
 from loopnest.autotune.worker import NO_MULTICAST
 from loopnest.autotune.workloads import WORKLOADS

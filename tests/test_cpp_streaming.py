@@ -120,32 +120,32 @@ def test_rows_of_halves_that_are_not_whole_lines_keep_plain_stores():
 PREFETCH = re.compile(r"__builtin_prefetch\(&b_\w+\[\(p0 \+ 1\)\*256 \+ rb_\]\);")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_in_l1_prefetch_the_next_row_and_equal_eager(dtype):
+def test_rows_in_l1_prefetch_the_next_row_and_equal_eager():
     """Plain stores in blocks of one line of the input, the next row's line prefetched in each;
     the last row prefetches past the end of the input, which never faults."""
-    kernel = layernorm_kernel(37, 256) if dtype == torch.float32 else None
-    if kernel is None:
-        x = ln.placeholder("x", (37, 256), ln.bfloat16)
-        w = ln.placeholder("w", (256,), ln.bfloat16)
-        xf = ln.cast(x, ln.float32)
-        y = xf * ln.rsqrt(ln.mean(xf * xf, 1, keepdim=True) + 1e-6) * ln.cast(w, ln.float32)
-        (kernel,) = kernels_of([ln.cast(y, ln.bfloat16)], [x, w])
+    kernel = layernorm_kernel(37, 256)
     assert streaming.wants_next_row_prefetch(kernel)
     source = generate(kernel, CppConfig())
-    assert len(PREFETCH.findall(source)) == 1 and STREAMED not in source
-    assert f"rb_ += {64 // dtype.itemsize})" in source
-    x = torch.randn(37, 256).to(dtype)
-    if dtype == torch.float32:
-        inputs = {"x": x, "w": torch.randn(256), "b": torch.randn(256)}
-        want = F.layer_norm(x.double(), (256,), inputs["w"].double(), inputs["b"].double()).float()
-    else:
-        inputs = {"x": x, "w": torch.randn(256).to(dtype)}
-        xd = x.double()
-        want = (xd * torch.rsqrt(xd.pow(2).mean(1, keepdim=True) + 1e-6) * inputs["w"].double()).to(dtype)
-    out = torch.full((37, 256), float("nan"), dtype=dtype)
+    assert len(PREFETCH.findall(source)) == 1 and STREAMED not in source and "rb_ += 16)" in source
+    inputs = {"x": torch.randn(37, 256), "w": torch.randn(256), "b": torch.randn(256)}
+    out = torch.full((37, 256), float("nan"))
     launch(kernel, CppConfig(), inputs, out)
-    torch.testing.assert_close(out, want, rtol=1e-4 if dtype == torch.float32 else 1e-2, atol=1e-4 if dtype == torch.float32 else 1e-2)
+    want = F.layer_norm(inputs["x"].double(), (256,), inputs["w"].double(), inputs["b"].double()).float()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_half_precision_rows_prefetch_in_blocks_of_one_line_and_equal_plain_rows(monkeypatch):
+    kernel = rmsnorm_kernel(19, 256, ln.bfloat16)
+    source = generate(kernel, CppConfig())
+    assert len(PREFETCH.findall(source)) == 1 and "rb_ += 32)" in source  # 32 halves: one line
+    inputs = {"x": torch.randn(19, 256).to(torch.bfloat16), "w": torch.randn(256).to(torch.bfloat16)}
+    outs = []
+    for prefetching in (True, False):
+        monkeypatch.setattr("loopnest.backends.cpp.codegen.wants_next_row_prefetch", lambda k, on=prefetching: on)
+        out = torch.full((19, 256), float("nan"), dtype=torch.bfloat16)
+        launch(kernel, CppConfig(), inputs, out)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
 
 
 def test_long_rows_and_one_pass_kernels_do_not_prefetch():
