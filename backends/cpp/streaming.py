@@ -96,15 +96,15 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
     if header is None:
         return None
-    body, staged, prefetch = [], [], {}
+    body, reads, stored, staged, prefetch = [], [], [], [], {}
     for line in lines[2:-1]:
         store = _STORE.match(line)
-        if store is not None and not stream:
-            if any(re.search(rf"\b{store['buf']}\[", seen) for seen in body):
-                return None  # the pass reads what it writes
-            body.append("  " + line)
-            continue
         if store is not None:
+            stored.append(store["buf"])
+            reads.append(store["value"])
+            if not stream:
+                body.append("  " + line)
+                continue
             if store["buf"] not in types or "r0" in store["row"]:
                 return None
             staged.append((store["buf"], store["row"]))
@@ -116,14 +116,12 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
         if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
             prefetch[load["buf"]] = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
         body.append("  " + line)
-    if not stream:
-        if not prefetch:
-            return None
-        lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in prefetch)
-    elif not staged or any(re.search(rf"\b{buf}\[", line) for buf, _ in staged for line in body):
-        return None  # nothing stored, or the pass reads what it writes (softmax's rescaling): keep it cached
-    else:
-        lanes = LINE // min(types[buf][1] for buf, _ in staged)
+        reads.append(line)
+    if any(re.search(rf"\b{buf}\[", line) for buf in stored for line in reads):
+        return None  # the pass reads what it writes (softmax's rescaling): keep it cached
+    if not (staged if stream else prefetch):
+        return None  # nothing to stream, or no row input to prefetch
+    lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in ([b for b, _ in staged] if stream else prefetch))
     if int(header.group(1)) % lanes:
         return None
     inner = indent + "  "

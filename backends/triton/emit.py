@@ -53,12 +53,12 @@ class KernelContext:
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     asserts: bool = False            # some check was emitted: the function needs debug=True
     across: frozenset[str] = field(init=False)  # names of the kernel's reductions across rows
-    read_once: bool = field(init=False)  # loads that stream through a loop leave L2 first (evict_first)
+    evict_first: bool = field(init=False)  # loads that stream through a loop leave L2 first
     _deps: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.across = frozenset(r.name for r in self.kernel.across)
-        self.read_once = heuristics.evict_first(self.kernel)
+        self.evict_first = heuristics.evict_first(self.kernel)
         for axis in self.axes.values():
             for v in axis.kernel_vars:
                 self.axis_of[v.name] = axis.name
@@ -236,9 +236,9 @@ class TritonEmitter(ExprEmitter):
         return self._load_text(e, self.offset(e.buffer, e.index, rows), " & ".join(m for m in masks if m), True)
 
     def _load_text(self, e: Load, offset: str, mask: str | None, streams: bool) -> str:
-        """``tl.load`` of ``e`` at ``offset``; a load that streams through a one-phase loop
-        leaves L2 first, keeping room for what is reused."""
-        evict = ', eviction_policy="evict_first"' if streams and self.ctx.read_once else ""
+        """``tl.load`` of ``e`` at ``offset``; a load that streams through a loop leaves L2 first
+        where ``heuristics.evict_first`` says so."""
+        evict = ', eviction_policy="evict_first"' if streams and self.ctx.evict_first else ""
         return f"tl.load({self.ctx.ptr(e.buffer)} + ({offset}){mask_arg(mask, other=True)}{evict})"
 
     def index_value(self, e: IndexValue) -> str:
