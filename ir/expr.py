@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .dtypes import DType
 from .index import Index, Indirect
@@ -138,6 +138,24 @@ class AccRef(Expr):
         _set(self, dtype=dtype, name=name, output=output)
 
 
+def uses_in(roots: Iterable[Expr]) -> tuple[list[Expr], dict[Expr, int]]:
+    """Every node ``roots`` reach, once, children before parents, and how many times each is
+    used (as an argument of a node, or as a root)."""
+    uses: dict[Expr, int] = {}
+    order: list[Expr] = []
+    seen: set[Expr] = set()
+    for root in roots:
+        uses[root] = uses.get(root, 0) + 1
+        for node in walk(root):
+            if node in seen:
+                continue
+            seen.add(node)
+            order.append(node)
+            for c in node.children():
+                uses[c] = uses.get(c, 0) + 1
+    return order, uses
+
+
 def walk(root: Expr) -> Iterator[Expr]:
     """Every node of the DAG once, children before parents."""
     seen: set[int] = set()
@@ -216,8 +234,12 @@ def substitute_vars(root: Expr, mapping: dict, memo: dict | None = None) -> Expr
     return rewrite(root, lambda node, visit: _rebuild(node, visit, mapping), memo)
 
 
-def format_expr(root: Expr, buf: Callable[[str], str] = str, index: Callable[[Index], str] = str) -> str:
-    """One-line text of an expression; ``buf`` and ``index`` print buffer names and indices."""
+def format_expr(root: Expr, buf: Callable[[str], str] = str, index: Callable[[Index], str] = str,
+                named: dict[Expr, str] | None = None) -> str:
+    """One-line text of an expression; ``buf`` and ``index`` print buffer names and indices;
+    subexpressions in ``named`` print as their name."""
+    if named and root in named:
+        return named[root]
     if isinstance(root, Const):
         return f"{root.value!r}:{root.dtype.name}"
     if isinstance(root, Load):
@@ -227,7 +249,7 @@ def format_expr(root: Expr, buf: Callable[[str], str] = str, index: Callable[[In
     if isinstance(root, AccRef):
         return f"acc({buf(root.name)}.{root.output})"
     if isinstance(root, Apply):
-        args = ", ".join(format_expr(a, buf, index) for a in root.args)
+        args = ", ".join(format_expr(a, buf, index, named) for a in root.args)
         suffix = f":{root.dtype.name}" if root.op is Op.CAST else ""
         return f"{root.op.name.lower()}({args}){suffix}"
     raise TypeError(f"not an expression: {type(root).__name__}")

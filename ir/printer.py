@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from .expr import Expr, format_expr
+from .expr import Apply, Expr, format_expr, uses_in
 from .index import FloorDiv, Index, Indirect, Mod, Sym, Var
 from .nodes import Buffer, BufferRef, Extern, Graph, Node, Pointwise, Reduction
 
@@ -21,6 +21,7 @@ class Printer:
         self.canonical = canonical
         self.names: dict[str, str] = {}
         self.sizes: dict[int, str] = {}
+        self.named: dict[Expr, str] = {}
         for name in order:
             self.buf(name)
 
@@ -78,7 +79,21 @@ class Printer:
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, root: Expr) -> str:
-        return format_expr(root, self.buf, self.index)
+        return format_expr(root, self.buf, self.index, self.named)
+
+    def name_shared(self, roots: Iterable[Expr]) -> list[str]:
+        """``let %k = ...`` for each compound subexpression ``roots`` reach more than once, in
+        definition order; ``expr`` then prints them as ``%k``, so the text grows with the DAG,
+        not with the tree it unfolds to (a chain of selects that each read the previous one twice
+        unfolds to 2^n terms)."""
+        order, uses = uses_in(roots)
+        lines = []
+        for node in order:
+            if isinstance(node, Apply) and uses[node] > 1 and node not in self.named:
+                text = self.expr(node)
+                self.named[node] = f"%{len(self.named)}"
+                lines.append(f"  let {self.named[node]} = {text}")
+        return lines
 
     # -- nodes and graphs -------------------------------------------------------------------------
     def decl(self, name: str) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .dtypes import DType, bool_
-from .expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
+from .expr import AccRef, Apply, Const, Expr, IndexValue, Load, uses_in
 from .index import Atom, FloorDiv, Index, Indirect, Mod, Sym, Var
 from .ops import PREDICATES, Op
 
@@ -61,18 +61,7 @@ class ExprWriter:
     # -- let bindings ----------------------------------------------------------------------------
     def bind(self, roots: Sequence[Expr]) -> list[Expr]:
         """Choose the let-bound nodes of ``roots``; returns them in definition order."""
-        uses: dict[Expr, int] = {}
-        order: list[Expr] = []
-        seen: set[Expr] = set()
-        for root in roots:
-            uses[root] = uses.get(root, 0) + 1
-            for node in walk(root):
-                if node in seen:
-                    continue
-                seen.add(node)
-                order.append(node)
-                for c in node.children():
-                    uses[c] = uses.get(c, 0) + 1
+        order, uses = uses_in(roots)
         depth: dict[Expr, int] = {}
         for node in order:  # children before parents
             d = self._depth(node, depth)

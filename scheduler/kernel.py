@@ -96,6 +96,8 @@ class Kernel:
         p = Printer(self.buffers, canonical=canonical, order=self.inputs)
         head = f"kernel p{p.shape(self.pdomain)} r{p.shape(self.rdomain)}"
         lines = [head] + [f"  in  {p.decl(b)}" for b in self.inputs]
+        stores = self.elem_stores + self.row_stores + self.col_stores
+        lines += p.name_shared([r.body for r in self.reductions] + [s.value for s in stores])
         for r in self.reductions:
             across = " across" if r.across else ""
             lines.append(f"  acc {p.buf(r.name)} = {r.op.value}{across} level {r.level}: {p.expr(r.body)}")

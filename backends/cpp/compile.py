@@ -24,8 +24,13 @@ log = logging.getLogger("loopnest")
 # variants from the macros it defines); the cache key holds the CPU model and ISA flags (the
 # hardware fingerprint's), so a cache directory shared between hosts never serves a library built
 # for another ISA. -fno-math-errno lets loops call vector math; NaN/inf semantics stay IEEE (no
-# -ffast-math).
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fwrapv") + (
+# -ffast-math). -fno-trapping-math and -fno-tree-pre let g++ vectorize a select whose value a
+# later NaN test reads (max pooling after a ReLU): with traps on it keeps the branches, and PRE
+# threads the NaN test through the select into a bool select it cannot vectorize (a fused
+# relu + max_pool2d ran scalar, 60x slower). Neither changes a result; the suite's kernels time
+# the same with and without them (bench/RESULTS.md, 2026-12-04 23:30).
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
+         "-fno-trapping-math", "-fno-tree-pre", "-fwrapv") + (
     ("-lmvec",) if has_libmvec() else ())
 
 

@@ -64,7 +64,7 @@ RENDER: dict[Op, Callable[..., str]] = {
     Op.ISNAN: lambda a: f"({a} != {a})", Op.ISINF: _fn("ln_isinf"),
     Op.EQ: _infix("=="), Op.NE: _infix("!="), Op.LT: _infix("<"), Op.LE: _infix("<="),
     Op.GT: _infix(">"), Op.GE: _infix(">="),
-    Op.AND: _infix("&&"), Op.OR: _infix("||"), Op.XOR: _infix("!="), Op.NOT: lambda a: f"(!{a})",
+    Op.AND: _infix("&"), Op.OR: _infix("|"), Op.XOR: _infix("!="), Op.NOT: lambda a: f"(!{a})",
     Op.BITAND: _infix("&"), Op.BITOR: _infix("|"), Op.BITXOR: _infix("^"),
     Op.BITNOT: lambda a: f"(~{a})", Op.LSHIFT: _infix("<<"), Op.RSHIFT: _infix(">>"),
     Op.WHERE: lambda c, a, b: f"({c} ? {a} : {b})",
@@ -200,8 +200,8 @@ static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN ->
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(f != f ? 0x7fc0u : rounded);  // a float compare and a blend once vectorized
 }
-template <class T> static inline T ln_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
-template <class T> static inline T ln_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> static inline T ln_maximum(T a, T b) { return ((a != a) | (a > b)) ? a : b; }
+template <class T> static inline T ln_minimum(T a, T b) { return ((a != a) | (a < b)) ? a : b; }
 template <class T> static inline T ln_neg(T a) {  // integers wrap at the minimum, as eager (-a is UB there)
   if constexpr (std::is_integral_v<T>) return (T)(0 - (std::make_unsigned_t<T>)a); else return -a;
 }
