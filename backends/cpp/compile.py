@@ -28,7 +28,7 @@ log = logging.getLogger("loopnest")
 # later NaN test reads (max pooling after a ReLU): with traps on it keeps the branches, and PRE
 # threads the NaN test through the select into a bool select it cannot vectorize (a fused
 # relu + max_pool2d ran scalar, 60x slower). Neither changes a result; the suite's kernels time
-# the same with and without them (bench/RESULTS.md, 2026-12-04 23:30).
+# the same with and without them (bench/RESULTS.md, 2026-12-04 23:00).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
          "-fno-trapping-math", "-fno-tree-pre", "-fwrapv") + (
     ("-lmvec",) if has_libmvec() else ())
