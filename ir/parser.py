@@ -24,7 +24,8 @@ MAX_DEPTH = 64             # bracket nesting; the writer splits at ir.serial.SPL
 MAX_NUMBER_CHARS = 40
 MAX_NAME_CHARS = 200
 MAX_COEFFICIENT = 1 << 80
-MAX_TREE_NODES = 1 << 18   # an expression written out as a tree (as Kernel.text and the hash do)
+MAX_TREE_NODES = 1 << 18   # an expression written out as a tree (as ``format_expr`` writes a node's
+                           # body; Kernel.text binds shared subexpressions and needs no bound)
 MAX_TREE_DEPTH = 400       # ... and its nesting, which the printer recurses through (two frames a level)
 
 OPS = {op.name.lower(): op for op in Op}
