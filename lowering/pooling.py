@@ -68,9 +68,10 @@ def _positions(out_shape, axis: int, stride: int, start: int) -> Tensor:
 class _Window:
     """The window element at ``offsets`` for every output position: its value (``fill`` outside
     the input), whether it lies inside the input (None: everywhere), and its flat position in the
-    spatial plane."""
+    spatial plane. ``fill=None``: positions outside the input are clamped to its edge instead,
+    unmasked (see ``_max_pool``)."""
 
-    def __init__(self, x: Tensor, out_shape, offsets, stride, padding, dilation, fill: float):
+    def __init__(self, x: Tensor, out_shape, offsets, stride, padding, dilation, fill: float | None):
         nd = len(offsets)
         spatial = range(x.ndim - nd, x.ndim)
         sizes_in = _static([x.shape[a] for a in spatial], "input")
@@ -86,8 +87,11 @@ class _Window:
                 along = _positions(shape, axis, stride[a], start)
                 value = T.take(value, axis, T.clamp_index(along, Index.of(n_in)))
                 pos = _positions(out_shape, axis, stride[a], start)
-                ok = dslf.apply(Op.AND, dslf.apply(Op.GE, pos, 0), dslf.apply(Op.LT, pos, n_in))
-                inside = ok if inside is None else dslf.apply(Op.AND, inside, ok)
+                if fill is None:
+                    pos = T.clamp_index(pos, Index.of(n_in))
+                else:
+                    ok = dslf.apply(Op.AND, dslf.apply(Op.GE, pos, 0), dslf.apply(Op.LT, pos, n_in))
+                    inside = ok if inside is None else dslf.apply(Op.AND, inside, ok)
             term = dslf.apply(Op.MUL, pos, math.prod(sizes_in[a + 1:])) if a + 1 < nd else pos
             flat = term if flat is None else dslf.apply(Op.ADD, flat, term)
         self.inside = inside
@@ -106,9 +110,14 @@ def _max_pool(nd: int):
         out_shape = ctx.out_shape(0)
         if 0 in _static(out_shape, "output"):
             return T.full(out_shape, 0.0, x.dtype), T.full(out_shape, 0, dt.int64)
+        # Every window overlaps the input (ATen checks padding <= kernel / 2, and a ceil_mode
+        # window starts inside), so without dilation a position clamped to the input's edge is
+        # one of the window's own: the clamped window visits the same elements in the same order,
+        # some twice in a row, which changes no maximum, no first tie and no last NaN.
+        fill = None if all(d == 1 for d in dils) else -math.inf
         best = where = seen = None
         for offsets in itertools.product(*(range(k) for k in kernel)):
-            w = _Window(x, out_shape, offsets, steps, pads, dils, -math.inf)
+            w = _Window(x, out_shape, offsets, steps, pads, dils, fill)
             if best is None and w.inside is None:
                 best, where = w.value, w.flat
                 continue
