@@ -27,6 +27,7 @@ from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
 from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
+from .tiling import TILE, transposed_dim
 from .two_pass import two_pass_welford
 
 
@@ -361,6 +362,9 @@ class KernelWriter:
     # -- pointwise --------------------------------------------------------------------------------
     def pointwise(self) -> None:
         pv = self.k.pvars()
+        tiled = transposed_dim(self.k)
+        if tiled is not None:
+            return self.pointwise_blocks(tiled)
         outer, pre = "  ", None
         if len(pv) > 1:
             self.parallel_for(len(pv) - 1)
@@ -385,6 +389,33 @@ class KernelWriter:
             self.close_loops(1, body)
             self.finish_deferred(em.deferred, pragma_at, outer)
         self.close_loops(len(pv) - 1, outer)
+
+    def pointwise_blocks(self, t: int) -> None:
+        """Loops over TILE x TILE blocks of (dim ``t``, the innermost dim), parallel over the
+        other dims and the blocks (``tiling.py``)."""
+        pv, sizes = self.k.pvars(), self.k.pdomain
+        outer = [k for k in range(len(pv) - 1) if k != t]
+        tv, iv = as_var(pv[t]).name, as_var(pv[-1]).name
+        tn, inn = self.c(sizes[t]), self.c(sizes[-1])
+        self.parallel_for(len(outer) + 2)
+        indent = self.open_loops([pv[k] for k in outer], [sizes[k] for k in outer], "  ")
+        self.out(indent, f"for (int64_t {tv}_0 = 0; {tv}_0 < {tn}; {tv}_0 += {TILE}) {{")
+        self.out(indent + "  ", f"for (int64_t {iv}_0 = 0; {iv}_0 < {inn}; {iv}_0 += {TILE}) {{")
+        indent += "    "
+        self.out(indent, f"for (int64_t {tv} = {tv}_0; {tv} < std::min<int64_t>({tv}_0 + {TILE}, {tn}); ++{tv}) {{")
+        inner = indent + "  "
+        pre = self.hoisted(inner, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        pragma_at = len(self.lines)
+        self.out(inner, "#pragma omp simd")
+        self.out(inner, f"for (int64_t {iv} = {iv}_0; {iv} < std::min<int64_t>({iv}_0 + {TILE}, {inn}); ++{iv}) {{")
+        em = self.emitter(inner + "  ", {})
+        em.inherit(pre)
+        em.deferred = []
+        for s in self.k.elem_stores:
+            em.store(s.buffer, s.index, s.value)
+        self.out(inner, "}")
+        self.finish_deferred(em.deferred, pragma_at, inner)
+        self.close_loops(3 + len(outer), inner)
 
     # -- reductions: shared pieces -------------------------------------------------------------------
     def accumulators(self, index: str = "", prefix: str = "acc") -> dict[str, Accumulator]:
