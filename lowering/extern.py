@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from ..core.trees import leaves, map_leaves
-from ..dsl.tensor import extern
+from ..dsl.tensor import Tensor, extern
 from ..ir import dtypes as dt
 from .carriers import Carrier, carrier_of
 from .registry import LoweringContext, LoweringError
 from .symbolic import shape_of, strides_of
+from .tensors import in_layout
 
 aten = torch.ops.aten
 
@@ -122,10 +123,22 @@ def _spec(value: torch.Tensor, node) -> tuple:
     return shape_of(value), dtype, strides
 
 
+def _in_traced_layouts(tree, traced: list):
+    """``tree`` with each computed tensor in the layout of its traced value (``tensors.in_layout``):
+    ATen gets its arguments laid out as in eager (a convolution, channels-last)."""
+    values = iter(traced)
+
+    def leaf(a):
+        v = next(values)
+        return in_layout(a, v) if isinstance(a, Tensor) else a
+    return map_leaves(leaf, tree)
+
+
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
     traced = [_traced_value(a) for a in leaves((node.args, node.kwargs))]
+    args, kwargs = _in_traced_layouts((args, kwargs), traced)
     devices = tuple(v.device if isinstance(v, torch.Tensor) else None for v in traced)
     carriers = tuple(carrier_of(v) for v in traced)
     if not any(carriers):

@@ -28,6 +28,7 @@ from . import extern as ext
 from .carriers import Carrier, carrier_of
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import shape_of, strides_of, to_index
+from .tensors import in_layout
 
 aten = torch.ops.aten
 _IGNORED = {aten._assert_scalar.default, aten.sym_constrain_range_for_size.default,
@@ -218,6 +219,14 @@ class FxLowering:
             return to_index(a) if isinstance(a, torch.SymInt) else a
         return map_leaves(leaf, tree)
 
+    def _laid_out(self, a):
+        """An FX output leaf lowered, a computed tensor in the layout eager gives it
+        (``tensors.in_layout``)."""
+        value = self._arg(a)
+        if isinstance(a, torch.fx.Node) and isinstance(value, Tensor):
+            return in_layout(value, a.meta.get("val"))
+        return value
+
     # -- building -----------------------------------------------------------------------------------
     def _build(self, output) -> LoweredProgram:
         graph_outputs: list[Tensor] = []
@@ -240,7 +249,7 @@ class FxLowering:
                 return OutputLeaf(LeafKind.VALUE, c) if c is not None else OutputLeaf(LeafKind.SIZE, v)
             return OutputLeaf(LeafKind.VALUE, v)
 
-        plan = map_leaves(leaf, self._arg(output))
+        plan = map_leaves(leaf, map_leaves(self._laid_out, output))
         mutations = [(pos, leaf(v)) for pos, v in self.mutations]
         sources, carriers = self._symbol_sources()
         carrier_tensors = [placeholder(f"sym_{name}", (name,), dt.float32) for name in carriers]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import torch
+
 from ..dsl import functions as dslf
 from ..dsl.tensor import GatherSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
@@ -145,3 +147,26 @@ def in_range(shape: Shape, dim: int, lo: Index, hi: Index) -> Tensor:
     """A bool tensor of ``shape``: ``lo <= position along dim < hi``."""
     pos = iota(shape, dim)
     return dslf.apply(Op.AND, dslf.apply(Op.GE, pos, int_operand(lo)), dslf.apply(Op.LT, pos, int_operand(hi)))
+
+
+# -- layouts ----------------------------------------------------------------------------------------
+def in_layout(t: Tensor, traced) -> Tensor:
+    """``t`` computed in the dim order of ``traced``'s strides (a traced tensor eager laid out as a
+    permutation of row-major: channels-last, a transpose's result), returned as the view of that
+    buffer with ``t``'s shape; ``t`` itself when eager's layout is row-major or not a dense
+    permutation, its sizes are symbolic, or ``t`` is not a pointwise result computed here. Extern
+    arguments and graph outputs pass through it, so ATen calls and callers get eager's layout and
+    the kernel writing it runs along its lines."""
+    if not isinstance(t.src, PointwiseSrc) or not isinstance(traced, torch.Tensor) or t.ndim < 2:
+        return t
+    sizes, strides = tuple(traced.shape), tuple(traced.stride())
+    if not all(isinstance(v, int) for v in sizes + strides) or traced.is_contiguous():
+        return t
+    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+    expected, step = [0] * len(sizes), 1
+    for d in reversed(order):
+        expected[d], step = step, step * sizes[d]
+    if any(n > 1 and a != b for a, b, n in zip(strides, expected, sizes)) or order == sorted(order):
+        return t
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return dslf.permute(copy(dslf.permute(t, *order)), *inverse)
