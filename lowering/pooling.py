@@ -3,8 +3,8 @@
 ``max_pool{2,3}d_with_indices`` is what the decompositions leave of ``F.max_pool*d``;
 ``avg_pool{2,3}d`` stay as they are. Each window element is a strided view of the input (an affine
 load), or, along a dimension where some window reaches into the padding or past the end
-(``ceil_mode``), a clamped indirect load masked to the pool's identity. Both follow ATen's CPU
-kernels element by element:
+(``ceil_mode``), an indirect load clamped into the input, masked to the pool's identity where a
+dilated max pool or an average needs it. Both follow ATen's CPU kernels element by element:
 
 * max: a window element replaces the running maximum when it is greater or NaN, so ties keep
   the first position and a NaN the last; the running maximum starts at the window's first
@@ -45,9 +45,10 @@ def _per_dim(value, nd: int, what: str) -> tuple[int, ...]:
 
 
 def _check_layout(ctx) -> None:
-    """Loopnest's buffers are row-major: where eager pools into another layout (channels-last
-    inputs give channels-last outputs), ATen's kernel, which walks channels innermost, is the
-    faster one (8x64x32x32, 2x2: 84 us against 670 for a row-major kernel reading across rows)."""
+    """Where eager pools into another layout than row-major (channels-last inputs give
+    channels-last outputs), ATen's kernel, which walks channels innermost, is the faster choice:
+    a fused pool recomputes its producers for each window element across the permuted dims
+    (a channels-last conv block: 5951 us against 3833 with ATen's pool)."""
     out = ctx.val[0] if isinstance(ctx.val, (tuple, list)) else ctx.val
     if not out.is_contiguous():
         raise Unsupported(f"pooling into strides {tuple(out.stride())}: loopnest writes row-major buffers")
