@@ -1,6 +1,6 @@
 """Pooling lowered to loopnest kernels (``lowering/pooling.py``) on the C++ backend: max pooling's
 values and indices equal to eager's, NaN, -inf and ties included; average pooling's divisors in
-every mode; no ATen call left for the pooling."""
+every mode; no ATen call left for pools into row-major outputs."""
 from __future__ import annotations
 
 import random
