@@ -80,14 +80,13 @@ class _Window:
         for a, axis in enumerate(spatial):
             n_in, n_out = sizes_in[a], out_shape[axis].as_int()
             start = offsets[a] * dilation[a] - padding[a]
+            pos = _positions(out_shape, axis, stride[a], start)
             if start >= 0 and start + (n_out - 1) * stride[a] < n_in:
                 value = T.slice_dim(value, axis, Index.of(start), stride[a], out_shape[axis])
-                pos = _positions(out_shape, axis, stride[a], start)
             else:
                 shape = value.shape[:axis] + (out_shape[axis],) + value.shape[axis + 1:]
                 along = _positions(shape, axis, stride[a], start)
                 value = T.take(value, axis, T.clamp_index(along, Index.of(n_in)))
-                pos = _positions(out_shape, axis, stride[a], start)
                 if fill is None:
                     pos = T.clamp_index(pos, Index.of(n_in))
                 else:
@@ -119,9 +118,6 @@ def _max_pool(nd: int):
         best = where = seen = None
         for offsets in itertools.product(*(range(k) for k in kernel)):
             w = _Window(x, out_shape, offsets, steps, pads, dils, fill)
-            if best is None and w.inside is None:
-                best, where = w.value, w.flat
-                continue
             if best is None:
                 best, where, seen = w.value, w.flat, w.inside
                 continue

@@ -378,16 +378,11 @@ class KernelWriter:
             body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")
         else:
             body = "  "
-        em = self.emitter(body, {})
-        if pre is not None:
-            em.inherit(pre)
-        if pv:
-            em.deferred = []
-        for s in self.k.elem_stores:
-            em.store(s.buffer, s.index, s.value)
+        deferred = [] if pv else None
+        self.body(body, {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
         if pv:
             self.close_loops(1, body)
-            self.finish_deferred(em.deferred, pragma_at, outer)
+            self.finish_deferred(deferred, pragma_at, outer)
         self.close_loops(len(pv) - 1, outer)
 
     def pointwise_blocks(self, t: int) -> None:
@@ -408,13 +403,10 @@ class KernelWriter:
         pragma_at = len(self.lines)
         self.out(inner, "#pragma omp simd")
         self.out(inner, f"for (int64_t {iv} = {iv}_0; {iv} < std::min<int64_t>({iv}_0 + {TILE}, {inn}); ++{iv}) {{")
-        em = self.emitter(inner + "  ", {})
-        em.inherit(pre)
-        em.deferred = []
-        for s in self.k.elem_stores:
-            em.store(s.buffer, s.index, s.value)
+        deferred: list[Deferred] = []
+        self.body(inner + "  ", {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
         self.out(inner, "}")
-        self.finish_deferred(em.deferred, pragma_at, inner)
+        self.finish_deferred(deferred, pragma_at, inner)
         self.close_loops(3 + len(outer), inner)
 
     # -- reductions: shared pieces -------------------------------------------------------------------
