@@ -2,15 +2,23 @@
 
 Compiles run in worker processes started by a thread pool, each with the per-trial timeout (g++
 for C++; for Triton, compile workers that fill Triton's on-disk cache, ``backends/triton/
-prebuild.py``), and all of them finish before the first candidate is timed: on the C++ backend
-the device is these same cores, and a busy host delays a GPU's launches, so nothing compiles while
-a measurement runs. Each candidate is verified on poisoned outputs before it is timed; only a
+prebuild.py``). Each candidate is verified on poisoned outputs before it is timed; only a
 verified candidate can be ``ok``.
+
+When the kernels run on the host's own cores (C++), every build finishes before the first
+candidate is timed, so nothing compiles while a measurement runs. A GPU candidate is timed as
+soon as its build is done, while the others still compile: its time comes from CUDA events
+around launches queued behind a cache flush, which a busy host does not stretch. A build that
+runs far past the rest of its batch is cut there (``straggler_limit``): the configs that take
+long to compile are the huge tiles, which spill, and one of them used to hold a whole batch.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import socket
+import statistics
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -79,6 +87,8 @@ class KernelEvaluator:
 
         ``started(position, trial_id)`` is called when a candidate's ``running`` row exists.
         """
+        if self.backend.can_prebuild and self.backend.device != "cpu":
+            return self._build_and_measure(configs, started)
         built = self._prebuild(configs)
         return [failure if failure is not None else self._measure(config, n, started)
                 for n, (config, failure) in enumerate(zip(configs, built))]
@@ -90,12 +100,47 @@ class KernelEvaluator:
             futures = [pool.submit(self.backend.prebuild, self.kernel, c, self.timeout_s) for c in configs]
             return [self._build_outcome(c, f) for c, f in zip(configs, futures)]
 
-    def _build_outcome(self, config: Any, future: concurrent.futures.Future) -> Outcome | None:
+    def _build_and_measure(self, configs: Sequence[Any], started: Callable[[int, int], None] | None
+                           ) -> list[Outcome]:
+        """Time each candidate as its build finishes; cut the builds that run past
+        ``straggler_limit`` of the finished ones."""
+        outcomes: list[Outcome | None] = [None] * len(configs)
+        cancels = [threading.Event() for _ in configs]
+        start, build_s = time.monotonic(), []
+
+        def build(config, cancel) -> float:
+            self.backend.prebuild(self.kernel, config, self.timeout_s, cancel)
+            return time.monotonic() - start
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(self.workers, len(configs)))) as pool:
+            futures = {pool.submit(build, c, cancel): n for n, (c, cancel) in enumerate(zip(configs, cancels))}
+            pending, limit = set(futures), None
+            while pending:
+                limit = straggler_limit(build_s, len(configs))
+                wait = None if limit is None else max(0.0, start + limit - time.monotonic())
+                done, pending = concurrent.futures.wait(pending, wait, concurrent.futures.FIRST_COMPLETED)
+                if not done:  # the rest ran past the limit
+                    for f in pending:
+                        cancels[futures[f]].set()
+                    done, pending = pending, set()
+                for f in done:
+                    n = futures[f]
+                    if f.exception() is None:
+                        build_s.append(f.result())
+                    failure = self._build_outcome(configs[n], f, cut_after=limit if cancels[n].is_set() else None)
+                    outcomes[n] = failure if failure is not None else self._measure(configs[n], n, started)
+        return outcomes
+
+    def _build_outcome(self, config: Any, future: concurrent.futures.Future,
+                       cut_after: float | None = None) -> Outcome | None:
         try:
             future.result()
             return None
-        except TimeoutError as exc:  # a backend's build that ran past the timeout
-            outcome = Outcome(TrialState.TIMEOUT, str(exc))
+        except TimeoutError as exc:  # a backend's build that ran past the timeout, or was cut
+            message = str(exc) if cut_after is None else (
+                f"compiling cut after {cut_after:.1f} s: the other builds of its batch had finished "
+                f"(straggler limit, evaluate.straggler_limit)")
+            outcome = Outcome(TrialState.TIMEOUT, message)
         except Exception as exc:  # noqa: BLE001 - g++ errors and codegen refusals alike
             outcome = Outcome(TrialState.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"[-4000:])
         return self.recorder.record(config.to_json(), outcome) if self.recorder else outcome
@@ -128,3 +173,17 @@ class KernelEvaluator:
             return Outcome(TrialState.WRONG_RESULT, check.message, error=check.error)
         timing = self.harness.time(self.kernel, launcher)
         return Outcome(TrialState.OK, None, timing, check.error)
+
+
+STRAGGLER_MIN_S = 3.0  # a build is never cut before this
+STRAGGLER_FACTOR = 3.0  # ... nor before this many times the median finished build
+
+
+def straggler_limit(finished_s: Sequence[float], batch: int) -> float | None:
+    """Seconds from a batch's start after which its unfinished builds are cut, given the build
+    times of the finished ones: once half the batch has finished, the larger of
+    ``STRAGGLER_MIN_S`` and ``STRAGGLER_FACTOR`` times their median; None before that (no limit
+    but each build's own timeout)."""
+    if not finished_s or 2 * len(finished_s) < batch:
+        return None
+    return max(STRAGGLER_MIN_S, STRAGGLER_FACTOR * statistics.median(finished_s))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -92,9 +93,11 @@ class Backend(Protocol):
     def compile(self, kernels: Sequence[tuple[Kernel, Config]]) -> Artifact:
         """Build the kernels of a graph together."""
 
-    def prebuild(self, kernel: Kernel, config: Config, timeout: float | None) -> None:
+    def prebuild(self, kernel: Kernel, config: Config, timeout: float | None,
+                 cancel: threading.Event | None = None) -> None:
         """Compile one candidate into the code cache ahead of its measurement (only when
-        ``can_prebuild``); raises the backend's compile error or a TimeoutError."""
+        ``can_prebuild``); raises the backend's compile error or a TimeoutError, past ``timeout``
+        or, where the backend can stop a build, once ``cancel`` is set."""
 
     def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
         """Quantiles of ``run()``'s time, measured the way this device must be measured."""

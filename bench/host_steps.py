@@ -2,9 +2,10 @@
 
 Run on the device: python bench/host_steps.py MODEL [MODEL ...] (names from ``model_zoo``).
 For each model: microseconds of host time per call (back-to-back calls, the GPU drained between
-rounds) of eager, Inductor, loopnest through torch.compile and loopnest's call plan alone, then
-of every step of the plan (a kernel launch or an ATen call), to show where loopnest's host time
-goes beside the others'.
+rounds) of eager, of Dynamo alone (``backend="eager"``: its frame and guards around eager's own
+ops), Inductor, loopnest through torch.compile and loopnest's written-out call plan alone
+(``fast_call``), then of every step of the plan (a kernel launch or an ATen call), to show where
+loopnest's host time goes beside the others'.
 """
 from __future__ import annotations
 
@@ -34,21 +35,34 @@ def host_us(fn, calls: int = 200, rounds: int = 5) -> float:
     return best
 
 
-def captured_plan(fn, args):
-    """(call plan, its arguments) of the next call of the loopnest-compiled ``fn``."""
-    seen = []
-    run = rc.CallPlan.run
+class EntryRecorder:
+    """Records the call plans loopnest writes out (``CallPlan.entry``) and the arguments of each
+    written function's first call, while compiling: ``taken`` is (plan, entry, its arguments,
+    the plan's own arguments) per plan."""
 
-    def capture(plan, plan_args, poison):
-        seen.append((plan, list(plan_args)))
-        return run(plan, plan_args, poison)
+    def __init__(self):
+        self.taken: list[tuple] = []
+        self._entry = rc.CallPlan.entry
 
-    rc.CallPlan.run = capture
-    try:
-        fn(*args)
-    finally:
-        rc.CallPlan.run = run
-    return seen[0]
+    def __enter__(self):
+        recorder = self
+
+        def entry(plan, positions, constants, picks, kind, poison):
+            fn = recorder._entry(plan, positions, constants, picks, kind, poison)
+            if fn is None:
+                return None
+
+            def first(args):
+                if not any(t[0] is plan for t in recorder.taken):
+                    recorder.taken.append((plan, fn, args, [args[i] for i in positions] + list(constants)))
+                return fn(args)
+            return first
+
+        rc.CallPlan.entry = entry
+        return self
+
+    def __exit__(self, *exc):
+        rc.CallPlan.entry = self._entry
 
 
 def plan_buffers(plan, args) -> dict:
@@ -69,19 +83,26 @@ def plan_buffers(plan, args) -> dict:
 def main(names: list[str]) -> None:
     for name, model, args in each_on_cuda(names):
         with torch.no_grad():
-            ours = torch.compile(model, backend="loopnest", options={"backend": "triton", "tune": "off"})
+            with EntryRecorder() as recorder:
+                ours = torch.compile(model, backend="loopnest", options={"backend": "triton", "tune": "off"})
+                for _ in range(3):
+                    ours(*args)
             inductor = torch.compile(model)
-            ours(*args)
+            dynamo_only = torch.compile(model, backend="eager")
             inductor(*args)
-            plan, plan_args = captured_plan(ours, args)
-            print(f"{name}: eager {host_us(lambda: model(*args)):.1f} us, inductor {host_us(lambda: inductor(*args)):.1f}, "
-                  f"loopnest {host_us(lambda: ours(*args)):.1f}, its call plan {host_us(lambda: plan.run(plan_args, False)):.1f}")
-            buffers, total = plan_buffers(plan, plan_args), 0.0
-            for step in plan.steps:
-                us = host_us(lambda: step(buffers))
-                total += us
-                print(f"   {getattr(step, 'name', type(step).__name__):50s} {us:7.1f} us")
-            print(f"   steps, summed: {total:.1f} us")
+            dynamo_only(*args)
+            print(f"{name}: eager {host_us(lambda: model(*args)):.1f} us, Dynamo alone "
+                  f"{host_us(lambda: dynamo_only(*args)):.1f}, inductor {host_us(lambda: inductor(*args)):.1f}, "
+                  f"loopnest {host_us(lambda: ours(*args)):.1f}")
+            for plan, entry, entry_args, plan_args in recorder.taken:
+                print(f"  plan {plan.name}: written out {host_us(lambda: entry(entry_args)):.1f} us, "
+                      f"walked {host_us(lambda: plan.run(plan_args, False)):.1f} us")
+                buffers, total = plan_buffers(plan, plan_args), 0.0
+                for step in plan.steps:
+                    us = host_us(lambda: step(buffers))
+                    total += us
+                    print(f"   {getattr(step, 'name', type(step).__name__):50s} {us:7.1f} us")
+                print(f"   steps, summed: {total:.1f} us")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ kernel's tuning alone. Then compile it twice through ``compile_fx`` (``tune="db"
 and ``tune="off"``) and time both as the user calls them: rounds of back-to-back calls,
 synchronized, alternating the two, median per call. Prints one JSON line per workload.
 
-Run on the device: python bench/sweep_time.py [--trials 10] [--size gpu] [--no-prebuild] WORKLOAD ...
+Run on the device: python bench/sweep_time.py [--trials 10] [--size gpu] [--no-prebuild] [--serial-builds] WORKLOAD ...
+(``--serial-builds``: every build of a batch finishes before its first candidate is timed, as the
+C++ backend does, instead of timing each as it is built and cutting the stragglers.)
 Check the script on a CPU: TRITON_INTERPRET=1 python bench/sweep_time.py --size tiny --trials 2 softmax
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"
 
 import torch  # noqa: E402
 
+from loopnest.autotune.evaluate import KernelEvaluator  # noqa: E402
 from loopnest.autotune.harness import GraphHarness  # noqa: E402
 from loopnest.autotune.options import TuneSettings  # noqa: E402
 from loopnest.autotune.sweep import compile_target, flat_tensors, target  # noqa: E402
@@ -90,7 +93,14 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--size", default="gpu")
     p.add_argument("--no-prebuild", action="store_true", help="compile candidates in the measuring process")
+    p.add_argument("--serial-builds", action="store_true",
+                   help="build a whole batch before timing any of it (no straggler cut)")
     opts = p.parse_args()
+    if opts.serial_builds:
+        def serial(self, configs, started=None):
+            built = self._prebuild(configs)
+            return [f if f is not None else self._measure(c, n, started) for n, (c, f) in enumerate(zip(configs, built))]
+        KernelEvaluator.evaluate = serial
     if opts.no_prebuild:
         type(registry.get("triton")).can_prebuild = property(lambda self: False)
     db_url = f"sqlite:///{tempfile.mkdtemp(prefix='ln-db-')}/tuning.db"

@@ -3,6 +3,7 @@ where the headers exist, ``pymodule.py``), launched through it or through ctypes
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -81,7 +82,10 @@ class CppBackend:
             launchers = {k.name: CppLauncher(getattr(lib, kernel_symbol(k)), k, index_checks) for k, _ in kernels}
         return Artifact(launchers, (path.with_suffix(".cpp"),), (path,))
 
-    def prebuild(self, kernel: Kernel, config: CppConfig, timeout: float | None) -> None:
+    def prebuild(self, kernel: Kernel, config: CppConfig, timeout: float | None,
+                 cancel: threading.Event | None = None) -> None:
+        """g++ builds run to their end or ``timeout``: ``cancel`` is not looked at (the tuner
+        builds C++ candidates before measuring any, and never cuts them short)."""
         cc.build(self.module_source([(kernel, config)]), timeout=timeout)
 
     def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:

@@ -96,7 +96,8 @@ class TritonBackend:
             sources.append(module_path(program.source))
         return Artifact(launchers, tuple(sources))
 
-    def prebuild(self, kernel: Kernel, config: TritonConfig, timeout: float | None) -> None:
+    def prebuild(self, kernel: Kernel, config: TritonConfig, timeout: float | None,
+                 cancel: threading.Event | None = None) -> None:
         """Compile the candidate's kernels into Triton's cache in a worker process, for this
         device's GPU (``prebuild.py``); a no-op in the interpreter and for symbolic sizes."""
         if not self.can_prebuild or signature(kernel).symbols:
@@ -105,7 +106,7 @@ class TritonBackend:
             program = self.program(kernel, config)
             module = load_module(program.source, interpret=False)
         dtypes = {name: buf.dtype.torch for name, buf in kernel.buffers.items()}
-        prebuild(program, module, dtypes, triton.runtime.driver.active.get_current_target(), timeout)
+        prebuild(program, module, dtypes, triton.runtime.driver.active.get_current_target(), timeout, cancel)
 
     def time(self, run: Callable[[], None], options: BenchOptions) -> Timing:
         if self.device != "cuda":

@@ -62,16 +62,16 @@ def request(program: Program, module: ModuleType, dtypes: dict[str, torch.dtype]
 
 
 def prebuild(program: Program, module: ModuleType, dtypes: dict[str, torch.dtype], target: GPUTarget,
-             timeout: float | None) -> dict | None:
+             timeout: float | None, cancel: threading.Event | None = None) -> dict | None:
     """Compile ``program``'s kernels into Triton's cache in a worker; the worker's counts, or None
     when this process prebuilt the same request before. Raises RuntimeError with the compiler's
-    message, or TimeoutError."""
+    message, or TimeoutError (past ``timeout`` or once ``cancel`` is set)."""
     req = request(program, module, dtypes, target)
     digest = hashlib.sha256(repr(sorted(req.items())).encode()).hexdigest()
     with _DONE_LOCK:
         if digest in _DONE:
             return None
-    reply = pool().run(req, timeout)
+    reply = pool().run(req, timeout, cancel)
     if not reply.get("ok"):
         raise RuntimeError(reply.get("error", "the Triton compile worker failed"))
     with _DONE_LOCK:

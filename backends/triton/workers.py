@@ -16,9 +16,11 @@ import selectors
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 WORKER_SCRIPT = Path(__file__).with_name("compile_worker.py")
+CANCEL_POLL_S = 0.05  # how often a wait for a reply looks at its cancel event
 
 
 class Worker:
@@ -29,15 +31,23 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-P", str(WORKER_SCRIPT)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
-    def ask(self, request: dict, timeout: float | None) -> dict:
-        """Send ``request`` and wait for the reply; TimeoutError after ``timeout`` seconds,
-        RuntimeError when the worker died."""
+    def ask(self, request: dict, timeout: float | None, cancel: threading.Event | None = None) -> dict:
+        """Send ``request`` and wait for the reply; TimeoutError after ``timeout`` seconds or as
+        soon as ``cancel`` is set, RuntimeError when the worker died."""
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
+        deadline = None if timeout is None else time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
             selector.register(self.proc.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                raise TimeoutError(f"compiling took more than {timeout:g} s")
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"compiling took more than {timeout:g} s")
+                wait = left if cancel is None else (CANCEL_POLL_S if left is None else min(CANCEL_POLL_S, left))
+                if selector.select(wait):
+                    break
+                if cancel is not None and cancel.is_set():
+                    raise TimeoutError("compiling was cut short")
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the Triton compile worker exited with status {self.proc.wait()}")
@@ -68,11 +78,12 @@ class WorkerPool:
         self.started = 0
         self.lock = threading.Lock()
 
-    def run(self, request: dict, timeout: float | None) -> dict:
-        """The reply of a worker to ``request``; a worker that timed out or failed is killed."""
+    def run(self, request: dict, timeout: float | None, cancel: threading.Event | None = None) -> dict:
+        """The reply of a worker to ``request``; a worker that timed out, was cancelled or failed
+        is killed."""
         worker = self._take()
         try:
-            reply = worker.ask(request, timeout)
+            reply = worker.ask(request, timeout, cancel)
         except BaseException:
             self._drop(worker)
             raise
