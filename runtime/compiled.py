@@ -352,10 +352,15 @@ class BoundExtern:
             result = self.fn(*map_leaves(fill, self.args), **map_leaves(fill, self.kwargs))
         results = (result,) if isinstance(result, torch.Tensor) else result
         for (name, sizes, strides), t in zip(self.outs, results):
-            if t.shape != sizes:
-                raise RuntimeError(f"extern {self.name} produced shape {tuple(t.shape)} for {name}, "
-                                   f"expected {sizes}")
-            buffers[name] = t if t.stride() == strides else restrided(t, strides)
+            buffers[name] = t if t.shape == sizes and t.stride() == strides else self.fitted(name, t)
+
+    def fitted(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """The op's result ``t`` for output ``name`` in the layout the plan expects (a copy when
+        its strides differ); RuntimeError when its shape differs."""
+        sizes, strides = next((sizes, strides) for out, sizes, strides in self.outs if out == name)
+        if t.shape != sizes:
+            raise RuntimeError(f"extern {self.name} produced shape {tuple(t.shape)} for {name}, expected {sizes}")
+        return restrided(t, strides)
 
 
 def restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:

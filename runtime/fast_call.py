@@ -37,7 +37,8 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     every buffer it allocates starts filled (``compiled.poison_value``), as in ``run``. None when
     a step has neither a positional form nor known results."""
     names: dict[str, str] = {}  # buffer name -> local variable
-    scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty}
+    scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty,
+                                "Tensor": torch.Tensor}
     lines, checks = [], []
     device_flag = "is_cuda" if plan.device == "cuda" else "is_cpu"
 
@@ -77,12 +78,8 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     for step in plan.steps:
         if hasattr(step, "names") and hasattr(step, "run"):
             lines.append(f"{bind(step.run, 's')}({', '.join(names[n] for n in step.names)})")
-        elif hasattr(step, "outs"):  # an extern: by name, as CallPlan.run does
-            lines.append("buffers = {" + ", ".join(f"{n!r}: {v}" for n, v in names.items()) + "}")
-            lines.append(f"{bind(step, 's')}(buffers)")
-            for out, *_ in step.outs:
-                var = names[out] = f"b{len(names)}"
-                lines.append(f"{var} = buffers[{out!r}]")
+        elif hasattr(step, "outs"):  # an extern: an ATen op
+            lines += _extern_call(step, names, bind)
         else:
             return None
     results = []
@@ -97,3 +94,32 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     fn = scope["entry"]
     fn.source = source
     return fn
+
+
+def _extern_call(step, names: dict[str, str], bind: Callable[[object, str], str]) -> list[str]:
+    """Lines running the extern ``step`` (a ``compiled.BoundExtern``) on the entry's locals:
+    a direct call of its op where every buffer is a positional argument of its own (the usual
+    ``op(a, b, ...)``), else the step itself on a dict of the buffers it reads. Each result is
+    checked against the layout the plan expects (``BoundExtern.fitted`` when it differs)."""
+    step_var = bind(step, "s")
+    if step.flat:
+        slots = {k: (name, spec) for k, name, spec in step.fetch}
+        args = []
+        for k, a in enumerate(step.args):
+            if k not in slots:
+                args.append(bind(a, "c"))
+                continue
+            name, spec = slots[k]
+            args.append(names[name] if spec is None else f"reinterpret({names[name]}, {spec[0]!r}, {spec[1]!r}, {spec[2]})")
+        if step.kwargs:
+            args.append("**" + bind(step.kwargs, "c"))
+        lines = [f"r = {bind(step.fn, 'x')}({', '.join(args)})", "if isinstance(r, Tensor):", "    r = (r,)"]
+    else:
+        reads = dict.fromkeys(name for name, _ in step.refs)
+        lines = ["buffers = {" + ", ".join(f"{n!r}: {names[n]}" for n in reads) + "}", f"{step_var}(buffers)",
+                 "r = [" + ", ".join(f"buffers[{out!r}]" for out, *_ in step.outs) + "]"]
+    for k, (out, sizes, strides) in enumerate(step.outs):
+        var = names[out] = f"b{len(names)}"
+        lines += [f"{var} = r[{k}]", f"if {var}.shape != {sizes!r} or {var}.stride() != {strides!r}:",
+                  f"    {var} = {step_var}.fitted({out!r}, {var})"]
+    return lines

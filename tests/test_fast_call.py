@@ -8,6 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import loopnest
 from conftest import assert_close
 from loopnest.core import settings
+from loopnest.dsl.tensor import extern
 from loopnest.runtime.compiled import InputError
 
 
@@ -37,7 +38,7 @@ def test_the_written_plan_gives_the_plans_results(backend, poison):
     first = fn(*args)
     entries = fn.lowered._entries
     assert len(entries) == 1, "the first call writes its plan out"
-    assert "buffers = {" in entries[0].source, "the matmul gets a dict of the buffers made so far"
+    assert "buffers = {" not in entries[0].source and "r = x" in entries[0].source, "the matmul is called directly"
     assert (".fill_(" in entries[0].source) == poison
     again = fn(*args)
     want = _mlp(*args)
@@ -63,3 +64,52 @@ def test_arguments_that_do_not_fit_take_the_checked_path(backend):
     with pytest.raises(InputError, match="torch.Tensor"):
         fn(3.0, w, b)
     assert len(fn.lowered._entries) == 1, "no plan written for calls that failed"
+
+
+def _written(fn, *args):
+    """The call plan of ``ln.compile``'s function ``fn`` for ``args``, written out."""
+    fn(*args)
+    (compiled,) = fn.specializations.values()
+    plan = compiled.call_plan(*args)
+    return plan.entry(range(len(args)), [], [(False, 0)], tuple, True)
+
+
+def test_written_externs_take_nested_lists_keywords_and_several_results():
+    """A nested argument list or a keyword tensor goes through the step on a dict of what it
+    reads; an op(a, b, ...) is called directly, its tuple of results unpacked."""
+    x = loopnest.placeholder("x", (6, 8), loopnest.float32)
+    w = loopnest.placeholder("w", (8, 8), loopnest.float32)
+    (cat,) = extern("aten.cat.default", torch.cat, ([loopnest.exp(x), loopnest.tanh(x)],), {"dim": 0},
+                    [((12, 8), loopnest.float32, None)])
+    (mm,) = extern("aten.mm.default", lambda a, *, mat2: torch.mm(a, mat2), (loopnest.sin(cat),), {"mat2": w},
+                   [((12, 8), loopnest.float32, None)])
+    top, idx = extern("aten.topk.default", lambda a: tuple(torch.topk(a, 3, dim=1)), (mm * 2,), {},
+                      [((12, 3), loopnest.float32, None), ((12, 3), loopnest.int64, None)])
+    X, W = torch.randn(6, 8), torch.randn(8, 8)
+    entry = _written(loopnest.compile(top + loopnest.cast(idx, loopnest.float32), inputs=[x, w]), X, W)
+    assert entry.source.count("buffers = {") == 2 and "r = x" in entry.source
+    values, indices = torch.topk(torch.sin(torch.cat([X.exp(), X.tanh()])) @ W * 2, 3, dim=1)
+    (got,) = entry([X, W])
+    assert_close(got, values + indices.float(), "written externs")
+
+
+def test_written_externs_fit_results_in_another_layout_and_refuse_another_shape():
+    """An op whose result comes in strides other than the plan's is copied into the plan's
+    layout; one whose result has another shape stops the call with a message naming it."""
+    x = loopnest.placeholder("x", (6, 8), loopnest.float32)
+    (col,) = extern("test.column_major", lambda a: a.T.contiguous().T, (loopnest.exp(x),), {},
+                    [((6, 8), loopnest.float32, None)])
+    X = torch.randn(6, 8)
+    (got,) = _written(loopnest.compile(loopnest.sum(col * 2, 1), inputs=[x]), X)([X])
+    assert_close(got, (X.exp() * 2).sum(1), "result copied to row-major")
+
+    calls = []
+
+    def widens_later(a):  # right on the first call (which writes the plan out), wrong after
+        calls.append(1)
+        return a if len(calls) == 1 else torch.cat([a, a], 1)
+
+    (wide,) = extern("test.wrong_shape", widens_later, (loopnest.exp(x),), {}, [((6, 8), loopnest.float32, None)])
+    entry = _written(loopnest.compile(loopnest.sum(wide, 1), inputs=[x]), X)
+    with pytest.raises(RuntimeError, match=r"test.wrong_shape\S* produced shape \(6, 16\)"):
+        entry([X])
