@@ -93,7 +93,7 @@ def _kernel(shape, build, dtype=ln.float32):
     return kernel
 
 
-@pytest.mark.parametrize("shape", [(1024, 131072), (128, 262144), (8, 16384)])
+@pytest.mark.parametrize("shape", [(1024, 131072), (128, 262144), (16, 524288)])
 def test_long_or_few_rows_default_to_split_sync(shape):
     """Rows longer than a persistent block, or too few to fill an H200, are split over programs of
     one launch whose slices are one block each (the row stays in registers across phases).
@@ -106,6 +106,18 @@ def test_long_or_few_rows_default_to_split_sync(shape):
     assert cfg.RBLOCK * cfg.SPLIT >= shape[1] > cfg.RBLOCK * (cfg.SPLIT - 1)
     # two programs per multiprocessor, unless that would cut slices below 2048 elements
     assert shape[0] * cfg.SPLIT >= 2 * H200.cores or cfg.RBLOCK == 2048 or shape[1] > 32768
+
+
+@pytest.mark.parametrize("shape", [(8, 16384), (64, 8192)])
+def test_few_small_rows_are_not_split(shape):
+    """Few rows holding fewer than 2**22 elements in all (a group norm's groups in a small CNN
+    block) stay one program per row: a split's workspace and zeroing launch would cost more host
+    time than the GPU time it saves (H200 counts, as above)."""
+    if torch.cuda.is_available() and torch.cuda.get_device_properties(0).multi_processor_count != H200.cores:
+        pytest.skip("the thresholds are an H200's")
+    assert registry.get("triton").default_config(_kernel(shape, log_softmax)).strategy is not Strategy.SPLIT_SYNC
+    few_long = registry.get("triton").default_config(_kernel((64, 262144), lambda x: ln.sum(x, 1)))
+    assert few_long.strategy is Strategy.SPLIT_SYNC and few_long.SPLIT >= 2, "few rows, 2**24 elements: split"
 
 
 def test_long_rows_only_reduced_stay_looped():

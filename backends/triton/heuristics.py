@@ -33,7 +33,8 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   on (32768, 8192), 256 row tiles, it stays looped: 0.97-0.98, split 4 ways 0.97-1.00 across runs;
 * rows longer than 32768 elements that a later phase reads again to store elementwise results
   (softmax, log_softmax), or rows too few to fill the GPU (fewer than the SMs, at least 8192
-  long): split_sync, each row split across programs of one launch in slices of at most 16384
+  long, 2**22 elements in all): split_sync, each row split across programs of one launch in
+  slices of at most 16384
   elements that stay in registers from the first phase to the last (the input is read once
   instead of three times), or, when rows are few, into enough slices for two programs per
   multiprocessor; 8 warps; SPLIT never exceeds the multiprocessors (all programs of a row run
@@ -79,7 +80,9 @@ SPLIT_RBLOCK = 2048
 FULL_PERSISTENT = 32768  # a full reduction this small runs in one program: one launch beats two
 SYNC_SLICE = 16384  # elements of a long row one split_sync program holds in registers
 SYNC_WARPS = 8  # warps of a split_sync program (64 elements per thread in a slice of 16384)
-FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs
+FEW_ROWS_SPLIT = 8192  # rows at least this long are split when there are fewer than the SMs ...
+FEW_ROWS_SPLIT_NUMEL = 1 << 22  # ... and hold this many elements in all: a smaller split's workspace
+# and its zeroing launch cost more host time per call than the GPU time the split saves
 STRIDED_SPLIT_NUMEL = 1 << 22  # strided reductions smaller than this never split (a second launch)
 STRIDED_MIN_CHUNKS = 8  # RBLOCK chunks of the reduced dim each program of a split strided reduction takes at least
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
@@ -230,7 +233,7 @@ def _row_split(rows: int | None, row: int | None, rereads: bool) -> int:
         return 1
     sms = sm_count()
     split = -(-row // SYNC_SLICE) if row > PERSISTENT_ROW and rereads else 1
-    if rows is not None and rows < sms and row >= FEW_ROWS_SPLIT:
+    if rows is not None and rows < sms and row >= FEW_ROWS_SPLIT and rows * row >= FEW_ROWS_SPLIT_NUMEL:
         split = max(split, min(-(-2 * sms // rows), row // SPLIT_RBLOCK))
     return split if split <= sms else 1
 
