@@ -26,14 +26,17 @@ def _compiled(backend, *args, poison=True):
         return loopnest.compile_fx(gm, list(args), backend=backend.name, tune="off")
 
 
-def _args():
+def _args(backend):
+    """The graph's inputs on ``backend``'s device (CPU tensors for Triton's interpreter)."""
     gen = torch.Generator().manual_seed(0)
-    return torch.randn(12, 16, generator=gen), torch.randn(16, 24, generator=gen), torch.randn(24, generator=gen)
+    device = "cuda" if backend.name == "triton" and torch.cuda.is_available() else "cpu"
+    return tuple(t.to(device) for t in (torch.randn(12, 16, generator=gen), torch.randn(16, 24, generator=gen),
+                                        torch.randn(24, generator=gen)))
 
 
 @pytest.mark.parametrize("poison", [True, False])
 def test_the_written_plan_gives_the_plans_results(backend, poison):
-    args = _args()
+    args = _args(backend)
     fn = _compiled(backend, *args, poison=poison)
     first = fn(*args)
     entries = fn.lowered._entries
@@ -49,7 +52,7 @@ def test_the_written_plan_gives_the_plans_results(backend, poison):
 
 
 def test_arguments_that_do_not_fit_take_the_checked_path(backend):
-    args = _args()
+    args = _args(backend)
     fn = _compiled(backend, *args)
     fn(*args)
     x, w, b = args
@@ -60,7 +63,7 @@ def test_arguments_that_do_not_fit_take_the_checked_path(backend):
     with pytest.raises(InputError, match="dtype"):
         fn(x.double(), w, b)
     with pytest.raises(InputError, match="shape"):
-        fn(torch.randn(13, 16), w, b)
+        fn(torch.randn(13, 16, device=x.device), w, b)
     with pytest.raises(InputError, match="torch.Tensor"):
         fn(3.0, w, b)
     assert len(fn.lowered._entries) == 1, "no plan written for calls that failed"
