@@ -89,6 +89,12 @@ class KernelEvaluator:
         """
         if self.backend.can_prebuild and self.backend.device != "cpu":
             return self._build_and_measure(configs, started)
+        return self.build_then_measure(configs, started)
+
+    def build_then_measure(self, configs: Sequence[Any], started: Callable[[int, int], None] | None = None
+                           ) -> list[Outcome]:
+        """Every build first, then each candidate timed in turn (the C++ path; a GPU's too when
+        a benchmark asks for the old order)."""
         built = self._prebuild(configs)
         return [failure if failure is not None else self._measure(config, n, started)
                 for n, (config, failure) in enumerate(zip(configs, built))]

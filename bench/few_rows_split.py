@@ -18,6 +18,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+import triton.testing
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import loopnest
@@ -74,7 +75,6 @@ def main() -> int:
         if opts.smoke:
             print(f"| {name} | {split_cfg} | {kept_cfg} | - | - |")
             continue
-        import triton.testing
         walls, gpus = {"split": [], "kept": []}, {"split": [], "kept": []}
         for _ in range(opts.rounds):
             for label, f in (("split", split), ("kept", kept)):

@@ -97,10 +97,7 @@ def main() -> int:
                    help="build a whole batch before timing any of it (no straggler cut)")
     opts = p.parse_args()
     if opts.serial_builds:
-        def serial(self, configs, started=None):
-            built = self._prebuild(configs)
-            return [f if f is not None else self._measure(c, n, started) for n, (c, f) in enumerate(zip(configs, built))]
-        KernelEvaluator.evaluate = serial
+        KernelEvaluator.evaluate = KernelEvaluator.build_then_measure
     if opts.no_prebuild:
         type(registry.get("triton")).can_prebuild = property(lambda self: False)
     db_url = f"sqlite:///{tempfile.mkdtemp(prefix='ln-db-')}/tuning.db"

@@ -16,7 +16,9 @@ def _plan(fn, *args):
     return compiled.call_plan(*args)
 
 
-def test_externs_with_nested_tensor_lists_keyword_tensors_and_several_results():
+def nested_externs():
+    """(compiled function, its inputs, the expected result) of a graph with an extern on a nested
+    tensor list, one with a keyword tensor and one with a tuple of results."""
     x = ln.placeholder("x", (6, 8), ln.float32)
     w = ln.placeholder("w", (8, 8), ln.float32)
     (cat,) = extern("aten.cat.default", torch.cat, ([ln.exp(x), ln.tanh(x)],), {"dim": 0},
@@ -28,7 +30,12 @@ def test_externs_with_nested_tensor_lists_keyword_tensors_and_several_results():
     fn = ln.compile(top + ln.cast(idx, ln.float32), inputs=[x, w])
     X, W = torch.randn(6, 8), torch.randn(8, 8)
     values, indices = torch.topk(torch.sin(torch.cat([X.exp(), X.tanh()])) @ W * 2, 3, dim=1)
-    assert_close(fn(X, W), values + indices.float(), "nested, keyword and tuple externs")
+    return fn, (X, W), values + indices.float()
+
+
+def test_externs_with_nested_tensor_lists_keyword_tensors_and_several_results():
+    fn, (X, W), want = nested_externs()
+    assert_close(fn(X, W), want, "nested, keyword and tuple externs")
     externs = [s for s in _plan(fn, X, W).steps if isinstance(s, BoundExtern)]
     assert [e.flat for e in externs] == [False, False, True], "only an op(a, b, ...) call is flat"
 

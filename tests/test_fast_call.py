@@ -10,6 +10,7 @@ from conftest import assert_close
 from loopnest.core import settings
 from loopnest.dsl.tensor import extern
 from loopnest.runtime.compiled import InputError
+from test_call_plan import nested_externs
 
 
 def _mlp(x, w, b):
@@ -80,21 +81,11 @@ def _written(fn, *args):
 def test_written_externs_take_nested_lists_keywords_and_several_results():
     """A nested argument list or a keyword tensor goes through the step on a dict of what it
     reads; an op(a, b, ...) is called directly, its tuple of results unpacked."""
-    x = loopnest.placeholder("x", (6, 8), loopnest.float32)
-    w = loopnest.placeholder("w", (8, 8), loopnest.float32)
-    (cat,) = extern("aten.cat.default", torch.cat, ([loopnest.exp(x), loopnest.tanh(x)],), {"dim": 0},
-                    [((12, 8), loopnest.float32, None)])
-    (mm,) = extern("aten.mm.default", lambda a, *, mat2: torch.mm(a, mat2), (loopnest.sin(cat),), {"mat2": w},
-                   [((12, 8), loopnest.float32, None)])
-    top, idx = extern("aten.topk.default", lambda a: tuple(torch.topk(a, 3, dim=1)), (mm * 2,), {},
-                      [((12, 3), loopnest.float32, None), ((12, 3), loopnest.int64, None)])
-    X, W = torch.randn(6, 8), torch.randn(8, 8)
-    entry = _written(loopnest.compile(top + loopnest.cast(idx, loopnest.float32), inputs=[x, w]), X, W)
+    fn, (X, W), want = nested_externs()
+    entry = _written(fn, X, W)
     assert entry.source.count("buffers = {") == 2 and "r = x" in entry.source
-    values, indices = torch.topk(torch.sin(torch.cat([X.exp(), X.tanh()])) @ W * 2, 3, dim=1)
     (got,) = entry([X, W])
-    assert_close(got, values + indices.float(), "written externs")
-
+    assert_close(got, want, "written externs")
 
 def test_written_externs_fit_results_in_another_layout_and_refuse_another_shape():
     """An op whose result comes in strides other than the plan's is copied into the plan's

@@ -106,4 +106,3 @@ def test_average_pooling_divides_as_aten(dtype, kernel, stride, padding, ceil_mo
     got = torch.compile(pool, backend="loopnest", options={"backend": "cpp"})(x)
     assert torch.equal(got, pool(x))
     assert not _fallbacks(pool, x)
-
