@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -65,7 +65,8 @@ class LoweredGraph:
         if direct is None or self.program.sym_sources:
             return lambda *args: self.run(list(args))
         compiled, positions, constants = self.compiled, direct.positions, self.program.constants
-        identity = direct.outputs == tuple((False, k) for k in range(len(compiled.graph.outputs)))
+        identity = direct.kind in (tuple, list) and \
+            direct.outputs == tuple((False, k) for k in range(len(compiled.graph.outputs)))
         kind, picks = direct.kind, direct.outputs
         plan = entry = None
 
@@ -143,28 +144,37 @@ class LoweredGraph:
 @dataclass(frozen=True)
 class _Direct:
     """How a simple program passes arguments and results through: which arguments are its
-    tensors, and which compiled results or arguments, in a list or tuple, are its outputs."""
+    tensors, and which compiled results or arguments, in a list or tuple or alone, are its
+    outputs (``kind`` makes the returned value from an iterable of them)."""
 
     positions: tuple[int, ...]
     outputs: tuple[tuple[bool, int], ...]  # (an argument passed through?, its index)
-    kind: type
+    kind: Callable[[Iterable], object]
     device: str
+
+
+def only(items: Iterable):
+    """The one item of ``items``: the result of a graph that returns one tensor, not a tuple."""
+    (item,) = items
+    return item
 
 
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
     argument contiguous, and returns a flat list or tuple of graph results and arguments (a
-    forward graph returns the inputs its backward saves); else None. Symbols are
+    forward graph returns the inputs its backward saves), or one of them alone; else None. Symbols are
     no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
     graph binds itself (its call plans are keyed by the shapes), and nothing else here needs them."""
-    leaves_ = program.outputs
+    leaves_, kind = program.outputs, type(program.outputs)
+    if isinstance(leaves_, OutputLeaf):
+        leaves_, kind = (leaves_,), only
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
             or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
             or any(not isinstance(leaf, OutputLeaf) or leaf.kind not in (LeafKind.GRAPH, LeafKind.ARG)
                    or leaf.carrier is not None for leaf in leaves_)):
         return None
     return _Direct(tuple(ti.position for ti in program.tensor_inputs),
-                   tuple((leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_), type(leaves_), device)
+                   tuple((leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_), kind, device)
 
 
 class BoxedGraph:

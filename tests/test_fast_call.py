@@ -70,6 +70,23 @@ def test_arguments_that_do_not_fit_take_the_checked_path(backend):
     assert len(fn.lowered._entries) == 1, "no plan written for calls that failed"
 
 
+@pytest.mark.parametrize("returns", ["a result", "its argument"])
+def test_a_graph_returning_one_tensor_alone_writes_its_plan_out(backend, returns):
+    """``make_fx`` of a function returning one tensor (not a tuple): the caller gets that tensor,
+    from the written plan after the first call, and other arguments still take the checked path."""
+    (x, _, _) = _args(backend)
+    fn = (lambda a: torch.exp(a) * 0.5) if returns == "a result" else (lambda a: a)
+    compiled = loopnest.compile_fx(make_fx(fn)(x), [x], backend=backend.name, tune="off")
+    first, again = compiled(x), compiled(x)
+    assert len(compiled.lowered._entries) == 1, "the first call writes its plan out"
+    for got in (first, again):
+        assert isinstance(got, torch.Tensor), "one tensor, not a tuple holding it"
+        assert_close(got, fn(x), "one result")
+    assert (again is x) == (returns == "its argument")
+    with pytest.raises(InputError, match="shape"):
+        compiled(torch.randn(13, 16, device=x.device))
+
+
 def _written(fn, *args):
     """The call plan of ``ln.compile``'s function ``fn`` for ``args``, written out."""
     fn(*args)
