@@ -26,7 +26,6 @@ from ..ir.index import Index, bare_symbol, contiguous_strides, is_nonneg, symbol
 from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
 from .carriers import Carrier, carrier_of
-from .matmul_rows import rows_in_memory_order
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import shape_of, strides_of, to_index
 from .tensors import in_layout
@@ -75,7 +74,7 @@ class FxLowering:
     """Lowers one FX GraphModule whose nodes carry traced values (``meta["val"]``)."""
 
     def __init__(self, gm: torch.fx.GraphModule):
-        self.gm = rows_in_memory_order(gm)
+        self.gm = gm
         self.env: dict[torch.fx.Node, Any] = {}
         self.tensor_inputs: list[TensorInput] = []
         self.constants: list[tuple[Tensor, torch.Tensor]] = []
