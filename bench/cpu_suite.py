@@ -6,6 +6,10 @@ bandwidth is measured in the same run, on buffers of the size class's footprint)
 compile times. Every column's results are checked against float64 (``workloads.mismatch``); a
 row whose column is off says WRONG. "loopnest tuned" compiles with ``tune="sweep"`` and a few trials per kernel
 (``--trials``; 0 leaves the column out), its winners kept in a tuning DB made for this run only.
+"direct" is loopnest's defaults called as other compilers call it, ``loopnest.compile_fx`` on the
+``make_fx`` graph, without Dynamo's frame around each call (forward rows only): at cache sizes
+that frame alone costs eager's own kernels 40-90 µs per call on a 2-core host, which this column
+separates from the kernels'.
 Timings are interleaved round by round so the shared machine's noise hits every column alike; a
 round times each column's calls back to back for about ``ROUND_S`` (the median round counts).
 Training rows (``train``) are timed as one step, forward and backward (``training_step``), and
@@ -33,7 +37,9 @@ os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-co
 os.environ["LOOPNEST_DB"] = f"sqlite:///{tempfile.mkdtemp(prefix='loopnest-db-')}/tuning.db"
 
 import torch  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
+import loopnest  # noqa: E402
 from loopnest.autotune.workloads import (NEW_ROWS, TEN, TRAIN_ROWS, WORKLOADS, float64_results,  # noqa: E402
                                          grad_output, mismatch, result_dtypes, training_step)
 from loopnest.backends.cpp.compile import prebuild_header  # noqa: E402
@@ -44,7 +50,7 @@ torch._dynamo.config.recompile_limit = 64
 # Bytes each copy-bandwidth buffer holds, per size class: far beyond the caches for "cpu", the
 # suite's footprint (inputs of 2-8 MB) for "cache".
 COPY_BYTES = {"cpu": 256 << 20, "cache": 4 << 20}
-COLUMNS = ("eager", "inductor", "loopnest", "tuned")
+COLUMNS = ("eager", "inductor", "loopnest", "tuned", "direct")
 ROUND_S = 0.02  # a round times each column for about this long (one call, for calls longer than it)
 
 
@@ -67,13 +73,16 @@ def timed_first_call(fn, args) -> tuple[object, float]:
     return out, time.perf_counter() - t0
 
 
-def compiled(fn, trials: int) -> dict:
-    """The compiled versions of ``fn`` this suite compares, by column (no tuned one for 0 trials)."""
+def compiled(fn, trials: int, args: tuple | None) -> dict:
+    """The compiled versions of ``fn`` this suite compares, by column (no tuned one for 0 trials,
+    no direct one without ``args``, the inputs its ``make_fx`` graph is traced with)."""
     tuning = {"trials": trials, "db_url": os.environ["LOOPNEST_DB"]}
     out = {"inductor": torch.compile(fn),
            "loopnest": torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})}
     if trials:
         out["tuned"] = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "sweep", "tuning": tuning})
+    if args is not None:
+        out["direct"] = loopnest.compile_fx(make_fx(fn)(*args), list(args), backend="cpp", tune="off")
     return out
 
 
@@ -89,7 +98,7 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
     want, dtypes = float64_results(w, args), result_dtypes(w, args)
     expect = call(w.fn)()
     fns, cold, wrong = {"eager": call(w.fn)}, {}, {}
-    for column, fn in compiled(w.fn, trials).items():
+    for column, fn in compiled(w.fn, trials, None if w.train else args).items():
         got, cold[column] = timed_first_call(call(fn), ())
         why = mismatch(got, want, dtypes, w.train, w.rounds_to)
         if why is not None:
@@ -111,6 +120,7 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
             times[k].append((time.perf_counter() - t0) / calls)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     med.setdefault("tuned", float("nan"))
+    med.setdefault("direct", float("nan"))
     memory = {k: memory_use(fn) for k, fn in fns.items()}
     moved = w.min_bytes(args, expect[0] if w.train else expect)
     frac = {k: moved / (v / 1e3) / (gbs * 1e9) for k, v in med.items()}
@@ -134,10 +144,10 @@ def main() -> None:
           f"measured copy bandwidth {gbs:.1f} GB/s ({COPY_BYTES[opts.size] >> 20} MB buffers), "
           f"{opts.trials} trials per kernel, {time.strftime('%Y-%m-%d')}; "
           f"precompiled headers built once in {header_s:.1f} s, apart from the cold compile columns")
-    print("| workload | MB moved | eager ms | inductor ms | loopnest ms | tuned ms | inductor/loopnest "
-          "| inductor/tuned | eager/loopnest | eager/tuned | frac eager | frac inductor | frac loopnest "
-          "| frac tuned | cold inductor s | cold loopnest s | cold tuned s |")
-    print("|---" * 17 + "|")
+    print("| workload | MB moved | eager ms | inductor ms | loopnest ms | tuned ms | direct ms | inductor/loopnest "
+          "| inductor/tuned | eager/loopnest | eager/tuned | eager/direct | frac eager | frac inductor "
+          "| frac loopnest | frac tuned | frac direct | cold inductor s | cold loopnest s | cold tuned s |")
+    print("|---" * 20 + "|")
     ratios: dict[str, list[float]] = {"loopnest": [], "tuned": []}
     memory = []
     for name in names:
@@ -148,7 +158,8 @@ def main() -> None:
         shown = name + "".join(f" ({k} WRONG)" for k in r["wrong"])
         print(f"| {shown} | {r['mb']:.0f} | " + " | ".join(f"{ms[k]:.2f}" for k in COLUMNS)
               + f" | {ms['inductor'] / ms['loopnest']:.2f} | {ms['inductor'] / ms['tuned']:.2f} "
-              f"| {ms['eager'] / ms['loopnest']:.2f} | {ms['eager'] / ms['tuned']:.2f} | "
+              f"| {ms['eager'] / ms['loopnest']:.2f} | {ms['eager'] / ms['tuned']:.2f} "
+              f"| {ms['eager'] / ms['direct']:.2f} | "
               + " | ".join(f"{fr[k]:.2f}" for k in COLUMNS)
               + f" | {cold['inductor']:.2f} | {cold['loopnest']:.2f} | {cold.get('tuned', float('nan')):.1f} |",
               flush=True)
