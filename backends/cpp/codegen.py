@@ -26,6 +26,7 @@ from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_c
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
+from .merge_dims import merged_inner_dims
 from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
 from .tiling import TILE, transposed_dim
 from .two_pass import two_pass_welford
@@ -180,10 +181,12 @@ def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> st
 
 def as_written(kernel: Kernel) -> Kernel:
     """The kernel the writer renders: a row kernel computes Welford over short rows in two passes
-    (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``)."""
+    (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``); a
+    pointwise kernel runs inner dims that every access walks as one run as one dim
+    (``merge_dims.py``)."""
     if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
         return reuse_stored_values(two_pass_welford(kernel))
-    return kernel
+    return merged_inner_dims(kernel)
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:
@@ -372,7 +375,10 @@ class KernelWriter:
             pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
         pragma_at = len(self.lines)
         if len(pv) == 1:
-            self.out("  ", f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
+            # GCC 12 does not vectorize a `parallel for simd` whose clause is a literal if(0)
+            serial = self.threads.endswith(" if(0)")
+            self.out("  ", "#pragma omp simd" if serial else
+                     f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
             body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")

@@ -1,0 +1,67 @@
+"""Pointwise kernels whose inner dims every access walks as one run are written over one dim.
+
+A kernel over (8, 64, 32, 32) whose loads and stores all step through the last two dims as one
+contiguous run (NCHW activations, 32x32 images) would otherwise be written as a parallel loop over
+8 x 64 x 32 rows of 32 elements: a vector loop of two iterations, and everything that depends
+only on the outer dims (a group norm's statistics, a channel's scale) worked out again for each
+row of 32. Merged, the inner loop runs over 1024 elements, and what does not change along it is
+computed once per 1024.
+
+Dims ``a`` (size A) and ``b`` (size B, innermost) merge when every flat index the kernel reads
+or writes is affine in both with ``stride(a) == B * stride(b)`` (both may be 0), and no index
+value, indirect position or product uses them otherwise. The merged variable ``q`` stands in for
+``a = q // B`` and ``b = q % B``, which every flat index recombines into ``stride(b) * q``.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...ir.expr import IndexValue, Load, substitute_vars, walk
+from ...ir.index import Index, Var, as_var
+from ...ir.nodes import KStore
+from ...scheduler.kernel import Kernel
+from .tiling import stride_along
+
+
+def merged_inner_dims(kernel: Kernel) -> Kernel:
+    """``kernel`` with its innermost dims merged while ``_mergeable`` allows; ``kernel`` itself
+    when it has reductions or cannot merge its last two dims."""
+    if kernel.reductions or kernel.row_stores or kernel.col_stores:
+        return kernel
+    while len(kernel.pdomain) >= 2 and _mergeable(kernel):
+        kernel = _merge_last_two(kernel)
+    return kernel
+
+
+def _mergeable(kernel: Kernel) -> bool:
+    """True if every access walks the last two dims as one run (module docstring)."""
+    pv = [as_var(v) for v in kernel.pvars()]
+    a, b = pv[-2], pv[-1]
+    inner, outer = kernel.pdomain[-1].as_int(), kernel.pdomain[-2].as_int()
+    if inner is None or outer is None or min(inner, outer) < 1:
+        return False  # symbolic, or nothing to run
+    accesses = [(s.buffer, s.index) for s in kernel.elem_stores]
+    for s in kernel.elem_stores:
+        for node in walk(s.value):
+            if isinstance(node, IndexValue) and ({a, b} & node.index.atoms()):
+                return False  # the position itself is a value (iota, a mask)
+            if isinstance(node, Load):
+                accesses.append((node.buffer, node.index))
+    for buffer, index in accesses:
+        flat = kernel.buffers[buffer].layout.flat_index(index)
+        sa, sb = stride_along(flat, a), stride_along(flat, b)
+        if sa is None or sb is None or sa != inner * sb:
+            return False
+    return True
+
+
+def _merge_last_two(kernel: Kernel) -> Kernel:
+    pv = [as_var(v) for v in kernel.pvars()]
+    inner = kernel.pdomain[-1]
+    pdomain = (*kernel.pdomain[:-2], kernel.pdomain[-2] * inner)
+    merged = Index.of(Var(pv[-2].name, pdomain[-1]))
+    mapping = {pv[-2]: merged // inner, pv[-1]: merged % inner}
+    memo: dict = {}
+    stores = [KStore(s.buffer, tuple(i.subs(mapping) for i in s.index), substitute_vars(s.value, mapping, memo),
+                     s.phase) for s in kernel.elem_stores]
+    return replace(kernel, pdomain=pdomain, elem_stores=stores)

@@ -1,0 +1,68 @@
+"""Pointwise kernels whose inner dims every access walks as one run are written over one dim
+(``backends/cpp/merge_dims.py``): which dims merge, and that the results are eager's."""
+import re
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import loopnest as ln
+from loopnest.backends.cpp.codegen import as_written, generate
+from loopnest.backends.cpp.params import CppConfig
+from test_backends import kernels_of
+
+
+def _loop_sizes(source: str) -> list[int]:
+    return [int(n) for n in re.findall(r"for \(int64_t p\d+ = 0; p\d+ < (\d+); \+\+p\d+\)", source)]
+
+
+def test_per_channel_scale_merges_the_image_dims_only():
+    """x[n, c, h, w] * s[c]: h and w walk every access as one run; c does not (s steps by 1
+    along c, and by 0 along h * w)."""
+    x, s = ln.placeholder("x", (4, 16, 7, 7), ln.float32), ln.placeholder("s", (16, 1, 1), ln.float32)
+    (kernel,) = kernels_of([ln.maximum(x * s, 0.0)], [x, s])
+    assert [d.as_int() for d in as_written(kernel).pdomain] == [4, 16, 49]
+    assert _loop_sizes(generate(kernel, CppConfig())) == [4, 16, 49]
+
+
+def test_contiguous_elementwise_merges_to_one_loop():
+    x, y = ln.placeholder("x", (3, 5, 7, 9), ln.float32), ln.placeholder("y", (3, 5, 7, 9), ln.float32)
+    (kernel,) = kernels_of([ln.sigmoid(x) * x + y], [x, y])
+    assert [d.as_int() for d in as_written(kernel).pdomain] == [945]
+    assert _loop_sizes(generate(kernel, CppConfig())) == [945]
+
+
+def test_a_transposed_read_keeps_its_dims():
+    x, y = ln.placeholder("x", (8, 12, 10), ln.float32), ln.placeholder("y", (8, 10, 12), ln.float32)
+    (kernel,) = kernels_of([ln.permute(x, 0, 2, 1) + y], [x, y])
+    assert len(as_written(kernel).pdomain) == 3
+
+
+def _eager_and_compiled(fn, *args):
+    compiled = ln.compile_fx(make_fx(fn)(*args), list(args), backend="cpp", tune="off")
+    return fn(*args), compiled(*args)
+
+
+@pytest.mark.parametrize("shape", [(32, 64, 7, 7), (2, 3, 14, 13), (5, 1, 1, 33)])
+def test_merged_kernels_match_eager(shape):
+    gen = torch.Generator().manual_seed(0)
+    x, r = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    s, b = torch.randn(shape[1], generator=gen), torch.randn(shape[1], generator=gen)
+
+    def fn(x, r, s, b):
+        return torch.nn.functional.silu(x * s[None, :, None, None] + b[None, :, None, None]) + r
+    want, got = _eager_and_compiled(fn, x, r, s, b)
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_a_position_used_as_a_value_keeps_its_dims():
+    """A mask over the innermost positions (an iota) reads the position itself: no merge, and
+    the values stay eager's."""
+    x = torch.randn(4, 6, 7)
+
+    def fn(x):
+        return torch.where(torch.arange(7) < 3, x, x * 2)
+    want, got = _eager_and_compiled(fn, x)
+    torch.testing.assert_close(got, want)
+    info = ln.explain(fn, x, backend="cpp", tune="off").graphs[0]
+    assert 7 in _loop_sizes(info.kernels[0].source_path.read_text())
