@@ -54,27 +54,44 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 
 
 @triton.jit
-def ce_subrow_kernel(X, T, OUT, N: tl.constexpr, R: tl.constexpr, W: tl.constexpr):
-    """One row's cross-entropy loss: logsumexp(x) - x[t], the row read once in chunks of R x W."""
+def _ce_chunk(x, m, s, EXP2: tl.constexpr):
+    """One chunk's update of each sub-row's running (max, sum of exp)."""
+    top = tl.maximum(m, tl.max(x, 1, keep_dims=True))
+    shift = tl.where(top == float("-inf"), 0.0, top)
+    LOG2E: tl.constexpr = 1.4426950408889634
+    if EXP2 == 1:  # exp(x - m) as exp2(x * log2 e - m * log2 e): one multiply-add, the flushing ex2
+        s = s * tl.exp2((m - shift) * LOG2E) + tl.sum(tl.exp2(x * LOG2E - shift * LOG2E), 1, keep_dims=True)
+    elif EXP2 == 2:  # exp(x - m) as exp2((x - m) * log2 e): tl.exp's own arithmetic, the flushing ex2
+        s = s * tl.exp2((m - shift) * LOG2E) + tl.sum(tl.exp2((x - shift) * LOG2E), 1, keep_dims=True)
+    else:
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 1, keep_dims=True)
+    return top, s
+
+
+@triton.jit
+def ce_subrow_kernel(X, T, OUT, N: tl.constexpr, R: tl.constexpr, W: tl.constexpr, PREFETCH: tl.constexpr,
+                     EXP2: tl.constexpr):
+    """One row's cross-entropy loss: logsumexp(x) - x[t], the row read once in chunks of R x W
+    (with PREFETCH, each chunk's loads issued before the previous chunk's math)."""
     row = tl.program_id(0).to(tl.int64)
     base = X + row * N
     offs = tl.arange(0, R)[:, None] * W + tl.arange(0, W)[None, :]
     m = tl.full([R, 1], float("-inf"), tl.float32)
     s = tl.zeros([R, 1], tl.float32)
     FULL: tl.constexpr = (N // (R * W)) * (R * W)
-    for start in range(0, FULL, R * W):
-        x = tl.load(base + start + offs).to(tl.float32)
-        top = tl.maximum(m, tl.max(x, 1, keep_dims=True))
-        shift = tl.where(top == float("-inf"), 0.0, top)
-        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 1, keep_dims=True)
-        m = top
+    if PREFETCH and FULL > 0:
+        x = tl.load(base + offs)
+        for start in range(R * W, FULL, R * W):
+            nxt = tl.load(base + start + offs)
+            m, s = _ce_chunk(x.to(tl.float32), m, s, EXP2)
+            x = nxt
+        m, s = _ce_chunk(x.to(tl.float32), m, s, EXP2)
+    else:
+        for start in range(0, FULL, R * W):
+            m, s = _ce_chunk(tl.load(base + start + offs).to(tl.float32), m, s, EXP2)
     if FULL < N:
         idx = FULL + offs
-        x = tl.load(base + idx, mask=idx < N, other=float("-inf")).to(tl.float32)
-        top = tl.maximum(m, tl.max(x, 1, keep_dims=True))
-        shift = tl.where(top == float("-inf"), 0.0, top)
-        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 1, keep_dims=True)
-        m = top
+        m, s = _ce_chunk(tl.load(base + idx, mask=idx < N, other=float("-inf")).to(tl.float32), m, s, EXP2)
     big = tl.max(tl.max(m, 1), 0)
     total = tl.sum(tl.sum(s * tl.exp(m - big), 1), 0)
     t = tl.load(T + row)
@@ -149,12 +166,13 @@ def ce_fn(logits, target):
     return torch.nn.functional.cross_entropy(logits.float(), target)
 
 
-def ce_variant(r: int, w: int, warps: int, stages: int):
+def ce_variant(r: int, w: int, warps: int, stages: int, prefetch: bool = False, exp2: int = 0):
     """The sub-row cross-entropy as a call: row losses, then their mean."""
     def call(logits, target):
         rows, n = logits.shape
         out = torch.empty(rows, device=logits.device, dtype=torch.float32)
-        ce_subrow_kernel[(rows,)](logits, target, out, N=n, R=r, W=w, num_warps=warps, num_stages=stages)
+        ce_subrow_kernel[(rows,)](logits, target, out, N=n, R=r, W=w, PREFETCH=prefetch, EXP2=exp2,
+                                  num_warps=warps, num_stages=stages)
         return out.mean()
     return call
 
@@ -185,10 +203,13 @@ def rows(small: bool) -> dict:
     target = torch.randint(0, ce_shape[1], (ce_shape[0],), generator=g).to(DEVICE)
     x_few = torch.randn(*few, generator=g).to(DEVICE)
     x_wide = torch.randn(*wide, generator=g).to(DEVICE)
-    ce_grid = [(16, 256, 8, 2), (32, 256, 8, 2), (16, 256, 4, 2), (8, 512, 8, 2), (16, 512, 8, 2),
-               (32, 128, 8, 2), (16, 256, 8, 3), (32, 256, 8, 1), (64, 128, 8, 2), (16, 256, 16, 2)]
+    # (R, W, warps, stages, prefetch, exp2)
+    # (R, W, warps, stages, prefetch, exp2: 0 tl.exp, 1 one multiply-add and exp2, 2 tl.exp's form with exp2)
+    ce_grid = [(32, 128, 8, 2, False, 0), (32, 128, 8, 2, False, 1), (32, 128, 8, 2, False, 2),
+               (16, 128, 8, 2, False, 1), (16, 128, 8, 2, False, 2), (16, 256, 8, 2, False, 2),
+               (32, 128, 8, 2, True, 2)]
     if small:
-        ce_grid = [(4, 64, 2, 1), (2, 128, 4, 2)]
+        ce_grid = [(4, 64, 2, 1, False, 0), (2, 128, 4, 2, True, 1), (4, 64, 2, 1, True, 2)]
     # the interpreter runs programs one after another: a program waiting for the others never returns
     splits = [] if INTERPRET else [(4, 4), (8, 4)] if small else \
         [(s, w) for s, w in itertools.product((8, 16, 32), (8, 16)) if few[1] // s <= 32768]
@@ -201,7 +222,8 @@ def rows(small: bool) -> dict:
     sm = lambda x: torch.softmax(x, -1)  # noqa: E731
     return {
         "ce_vocab_bf16": (ce_fn, (logits, target), logits.numel() * 2 + target.numel() * 8,
-                          [(f"subrows R{r} W{w} w{nw} s{st}", ce_variant(r, w, nw, st)) for r, w, nw, st in ce_grid]),
+                          [(f"subrows R{r} W{w} w{nw} s{st}{' prefetch' * pf}{('', ' exp2 fma', ' exp2')[e2]}",
+                           ce_variant(r, w, nw, st, pf, e2)) for r, w, nw, st, pf, e2 in ce_grid]),
         "few_rows_logsoftmax": (lsm, (x_few,), x_few.numel() * 8,
                                 [(f"one barrier SPLIT{s} w{w}", split_variant(s, w, False)) for s, w in splits]),
         "wide_softmax": (sm, (x_wide,), x_wide.numel() * 8,
