@@ -42,6 +42,8 @@ def reduce_rows(kind: str, x: str, axis: str = "1") -> str:
 
 # What one element contributes to a component, as a tile of the component's type ``t``.
 _LIFT = {Lift.VALUE: "{v}", Lift.ISNAN: "({v} != {v}).to(tl.int32)",
+         # float32's spelling; ``TritonAccumulator.lanes`` writes it through ``exp`` for every dtype
+         Lift.SHIFTED_EXP: flushing_exp("{v} - " + _SHIFT.format(m="{v}")),
          Lift.POSITION: "tl.broadcast_to({rindex}.to(tl.int64), {shape})",
          Lift.ZERO: "tl.full({shape}, 0, {t})", Lift.ONE: "tl.full({shape}, 1, {t})"}
 # Elementwise combines: merge of two lane states, and the reduce_rows kind (flags are 0/1: OR is max).
