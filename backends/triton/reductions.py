@@ -25,7 +25,7 @@ import torch
 from ...ir import dtypes as dt
 from ...ir.reductions import Combine, Component as ReductionComponent, Init, Lift, Reduction, identity
 from ...ir.nodes import KReduction
-from .ops import flushing_exp, tl_type
+from .ops import tl_type
 
 IDX_NONE = "9223372036854775807"  # index of masked lanes: larger than any real index
 _NAN = 'float("nan")'
@@ -42,8 +42,7 @@ def reduce_rows(kind: str, x: str, axis: str = "1") -> str:
 
 # What one element contributes to a component, as a tile of the component's type ``t``.
 _LIFT = {Lift.VALUE: "{v}", Lift.ISNAN: "({v} != {v}).to(tl.int32)",
-         # float32's spelling; ``TritonAccumulator.lanes`` writes it through ``exp`` for every dtype
-         Lift.SHIFTED_EXP: flushing_exp("{v} - " + _SHIFT.format(m="{v}")),
+         Lift.SHIFTED_EXP: "tl.exp({v} - " + _SHIFT.format(m="{v}") + ")",
          Lift.POSITION: "tl.broadcast_to({rindex}.to(tl.int64), {shape})",
          Lift.ZERO: "tl.full({shape}, 0, {t})", Lift.ONE: "tl.full({shape}, 1, {t})"}
 # Elementwise combines: merge of two lane states, and the reduce_rows kind (flags are 0/1: OR is max).
@@ -108,11 +107,6 @@ class TritonAccumulator:
         held = [(c, _held(c.dtype(self.r.dtype))) for c in self.spec.state(self.r.dtype)]
         return [Component(c, d, _identity(c.init, d)) for c, d in held]
 
-    def exp(self, x: str) -> str:
-        """``e ** x`` for a softmax sum's terms and rescales: flushed below 2 ** -126, where
-        each is negligible beside the sum's largest term, 1 (``ops.flushing_exp``)."""
-        return flushing_exp(x, self.components()[0].dtype)
-
     @property
     def value_type(self) -> str:
         """The Triton type elements are converted to before they are accumulated."""
@@ -152,7 +146,7 @@ class TritonAccumulator:
         if self.spec.joint is Combine.EXP_SUM:
             t, m, top = self.var + "_chunk", names["_max"], self.var + "_top"
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
-            terms = self.exp(f"{t} - {_SHIFT.format(m=top)}")
+            terms = f"tl.exp({t} - {_SHIFT.format(m=top)})"
             return [f"{t} = {masked}", f"{top} = tl.maximum({m}, {reduce_rows('max', t)})",
                     f"{names['_sum']} = {names['_sum']} * {self._alpha(m, top)} + "
                     f"{reduce_rows('sum', terms) if subrows else terms}",
@@ -172,8 +166,8 @@ class TritonAccumulator:
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
             lines = [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}"]
             if terms is None:
-                return lines + [f"{dst['_sum']} = {reduce_rows('sum', self.exp(f'{t} - {_SHIFT.format(m=top)}'))}"]
-            return lines + [f"{terms}_shift = {_SHIFT.format(m=top)}", f"{terms} = {self.exp(f'{t} - {terms}_shift')}",
+                return lines + [f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
+            return lines + [f"{terms}_shift = {_SHIFT.format(m=top)}", f"{terms} = tl.exp({t} - {terms}_shift)",
                             f"{dst['_sum']} = {reduce_rows('sum', terms)}"]
         lanes = self.names(self.var + "_lane")
         exprs = self.lanes(value, mask, rindex, shape)
@@ -196,8 +190,7 @@ class TritonAccumulator:
         out = {}
         for c in self.components():
             lift = c.spec.lift
-            expr = self.exp(f"{value} - {_SHIFT.format(m=value)}") if lift is Lift.SHIFTED_EXP else \
-                _LIFT[lift].format(v=value, rindex=rindex, shape=shape, t=c.tl_type)
+            expr = _LIFT[lift].format(v=value, rindex=rindex, shape=shape, t=c.tl_type)
             if mask is None or lift is Lift.ZERO:  # Welford's m2: 0 is its identity
                 out[c.suffix] = expr
             elif lift is Lift.ONE:                 # Welford's count: 0 in masked lanes
@@ -237,7 +230,7 @@ class TritonAccumulator:
     def _alpha(self, m: str, top: str) -> str:
         """exp(m* - top*), capped so that a sum of 0 (only -inf seen) stays 0 (``ir/reductions.py``)."""
         largest = torch.finfo(self.components()[0].torch_dtype).max
-        return f"tl.minimum({self.exp(f'{_SHIFT.format(m=m)} - {_SHIFT.format(m=top)}')}, {largest!r})"
+        return f"tl.minimum(tl.exp({_SHIFT.format(m=m)} - {_SHIFT.format(m=top)}), {largest!r})"
 
     def _better(self, v: str, a: str, vi: str, ai: str) -> str:
         cmp = ">" if self.spec.joint is Combine.ARGMAX else "<"
