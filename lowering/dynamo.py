@@ -23,16 +23,18 @@ from .runner import BoxedGraph, LoweredGraph, lower_and_compile
 
 class CudaGraphBoxed:
     """An inference graph replayed through one CUDA graph (``options={"cudagraphs": True}``);
-    graphs with inputs that are not CUDA tensors (CPU scalars, seeds) run normally."""
+    graphs with inputs that are not CUDA tensors (CPU scalars, seeds), and graphs that write into
+    their inputs (the capture's own run would apply the write once more), run normally."""
 
     def __init__(self, lowered: LoweredGraph):
         self.lowered = lowered
         self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)))
+        self.replays = not lowered.program.mutations
         self._boxed_call = True
 
     def __call__(self, args: list):
         args = list(args)
-        if all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if self.replays and all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             return self.runner(*args)
         return self.lowered.run(args)
 

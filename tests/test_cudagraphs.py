@@ -28,3 +28,37 @@ def test_cudagraphs_rejects_a_new_shape():
     runner(torch.ones(4, device="cuda"))
     with pytest.raises(ValueError, match="captured for inputs"):
         runner(torch.ones(5, device="cuda"))
+
+
+def test_inputs_at_a_fixed_address_are_read_in_place_and_captured_again_when_they_move():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x, w: x * w)
+    w = torch.randn(8, device="cuda")
+    kept = w.clone()
+    for _ in range(3):  # warm-up, capture, replay; the caller's x is new each time
+        x = torch.randn(8, device="cuda")
+        torch.testing.assert_close(runner(x, w).clone(), x * w)
+    assert 1 in runner.pinned and runner.static_inputs[1] is w
+    w.mul_(3)  # written in place where the graph reads it
+    x = torch.randn(8, device="cuda")
+    torch.testing.assert_close(runner(x, w).clone(), x * w)
+    w2 = torch.randn(8, device="cuda")  # another address: the graph is captured again, w2 copied
+    x = torch.randn(8, device="cuda")
+    torch.testing.assert_close(runner(x, w2).clone(), x * w2)
+    assert 1 not in runner.pinned
+    torch.testing.assert_close(w, kept * 3)  # the caller's tensors are never written
+
+
+def test_a_graph_that_writes_its_input_runs_without_replay():
+    def fn(x):
+        x.add_(1)
+        return x * 2
+
+    f = torch.compile(fn, backend="loopnest", options={"backend": "triton", "cudagraphs": True})
+    for step in range(4):
+        x = torch.randn(64, device="cuda")
+        want_x = x + 1
+        got = f(x).clone()
+        torch.testing.assert_close(x, want_x, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(got, want_x * 2, msg=lambda m: f"step {step}: {m}")
