@@ -4,10 +4,11 @@ The first call runs the compiled graph eagerly (warm-up: Triton compiles, caches
 second captures it into a CUDA graph and every later call replays it, one launch for the whole
 graph. An input found at the same address on the warm-up and the capture call (a parameter, a
 buffer, an activation the allocator keeps placing there) is captured where it lies, and a replay
-reads it in place; every other input is copied into a buffer this runner owns before each replay.
-Copying the parameters too cost a copy launch per weight on every call. Should a pinned input move later, the graph is captured again with that input
-copied. Outputs live in the graph's memory and are overwritten by the next call, as with
-Inductor's reduce-overhead mode: clone them to keep them longer.
+reads it in place; every other input is copied into a buffer this runner owns before each replay
+(copying the parameters too cost a copy launch per weight on every call). Should a pinned input
+move later, the graph is captured again with that input copied. Outputs live in the graph's
+memory and are overwritten by the next call, as with Inductor's reduce-overhead mode: clone them
+to keep them longer.
 """
 from __future__ import annotations
 

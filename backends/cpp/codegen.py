@@ -22,11 +22,11 @@ from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
+from .merge_dims import merged_inner_dims
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
-from .merge_dims import merged_inner_dims
 from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
 from .tiling import TILE, transposed_dim
 from .two_pass import two_pass_welford
