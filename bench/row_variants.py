@@ -203,7 +203,6 @@ def rows(small: bool) -> dict:
     target = torch.randint(0, ce_shape[1], (ce_shape[0],), generator=g).to(DEVICE)
     x_few = torch.randn(*few, generator=g).to(DEVICE)
     x_wide = torch.randn(*wide, generator=g).to(DEVICE)
-    # (R, W, warps, stages, prefetch, exp2)
     # (R, W, warps, stages, prefetch, exp2: 0 tl.exp, 1 one multiply-add and exp2, 2 tl.exp's form with exp2)
     ce_grid = [(32, 128, 8, 2, False, 0), (32, 128, 8, 2, False, 1), (32, 128, 8, 2, False, 2),
                (16, 128, 8, 2, False, 1), (16, 128, 8, 2, False, 2), (16, 256, 8, 2, False, 2),

@@ -45,16 +45,24 @@ class CudaGraphRunner:
         if self.graph is None:
             self.pinned = {i for i, a in enumerate(args) if a.data_ptr() == self.warm_addresses[i]}
             self._capture(args)
-        moved = {i for i in self.pinned if args[i].data_ptr() != self.static_inputs[i].data_ptr()}
-        if moved:
-            self.pinned -= moved
+        elif not self._feed(args):
             self._capture(args)
-        for static, arg in zip(self.static_inputs, args):
-            if static.data_ptr() != arg.data_ptr():
-                static.copy_(arg)
         self.graph.replay()
         out = self.static_outputs
         return type(out)(out) if isinstance(out, (list, tuple)) else out
+
+    def _feed(self, args: Sequence[torch.Tensor]) -> bool:
+        """Copy each argument not at its captured address into its buffer; False, with the
+        pinned inputs that moved unpinned, when the graph must be captured again."""
+        moved = set()
+        for i, (static, arg) in enumerate(zip(self.static_inputs, args)):
+            if static.data_ptr() != arg.data_ptr():
+                if i in self.pinned:
+                    moved.add(i)
+                else:
+                    static.copy_(arg)
+        self.pinned -= moved
+        return not moved
 
     def _capture(self, args: Sequence[torch.Tensor]) -> None:
         self.static_inputs = [a if i in self.pinned else

@@ -256,6 +256,8 @@ class KernelWriter:
         self.lines: list[str] = []
         self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
         self.c = IndexPrinter(atom_name)  # sizes in C syntax (str(Index) writes // for floor)
+        work = (product(kernel.pdomain) * product(kernel.rdomain)).as_int()
+        self.serial = work is not None and work < PARALLEL_MIN_WORK  # known small: one thread
         self.threads = f" num_threads({config.threads})" if config.threads else ""
         self.threads += self._parallel_if()
         # reductions across rows: each thread's block partials, one element per point of the rdomain
@@ -353,9 +355,8 @@ class KernelWriter:
         """An ``if`` clause keeping small kernels on one thread: waking a team costs more than
         the work, and far more when another process holds a core (the team waits at barriers)."""
         work = product(self.k.pdomain) * product(self.k.rdomain)
-        n = work.as_int()
-        if n is not None:
-            return "" if n >= PARALLEL_MIN_WORK else " if(0)"
+        if work.as_int() is not None:
+            return " if(0)" if self.serial else ""
         return f" if(({self.c(work)}) >= {PARALLEL_MIN_WORK})"
 
     def parallel_for(self, count: int, indent: str = "  ") -> None:
@@ -376,8 +377,7 @@ class KernelWriter:
         pragma_at = len(self.lines)
         if len(pv) == 1:
             # GCC 12 does not vectorize a `parallel for simd` whose clause is a literal if(0)
-            serial = self.threads.endswith(" if(0)")
-            self.out("  ", "#pragma omp simd" if serial else
+            self.out("  ", "#pragma omp simd" if self.serial else
                      f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
