@@ -619,13 +619,13 @@ class _Generator:
         divisions = [n for n in nodes if isinstance(n, Apply) and n.op is Op.TRUEDIV and is_exp(n.args[0])
                      and "r" not in em.ctx.deps(n.args[1]) and n not in em.cache]
         for n in divisions:
-            factor = em.assign(f"tl.exp({terms}_shift - {top}) / {em.emit(n.args[1])}")
+            factor = em.assign(f"{acc.exp(f'{terms}_shift - {top}')} / {em.emit(n.args[1])}")
             em.cache[n] = em.assign(f"{terms} * {factor}")
         used = {a for n in nodes if isinstance(n, Apply) and n not in divisions for a in n.args}
         used |= {st.value for st in self.k.elem_stores}
         for n in nodes:
             if is_exp(n) and n in used and n not in em.cache:
-                em.cache[n] = em.assign(f"{terms} * tl.exp({terms}_shift - {top})")
+                em.cache[n] = em.assign(f"{terms} * {acc.exp(f'{terms}_shift - {top}')}")
 
     @staticmethod
     def _barrier(em: TritonEmitter, count: int) -> None:

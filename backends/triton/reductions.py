@@ -25,7 +25,7 @@ import torch
 from ...ir import dtypes as dt
 from ...ir.reductions import Combine, Component as ReductionComponent, Init, Lift, Reduction, identity
 from ...ir.nodes import KReduction
-from .ops import tl_type
+from .ops import flushing_exp, tl_type
 
 IDX_NONE = "9223372036854775807"  # index of masked lanes: larger than any real index
 _NAN = 'float("nan")'
@@ -35,14 +35,15 @@ _COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_
             "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine"}
 
 
-def reduce_rows(kind: str, x: str, axis: str = "1") -> str:
-    """``x`` reduced along ``axis`` (``keep_dims``) by ``kind``: sum, max, min or prod."""
-    return f"tl.reduce({x}, {axis}, {_COMBINE[kind]}, keep_dims=True)"
+def reduce_rows(kind: str, x: str, axis: str = "1", keep_dims: bool = True) -> str:
+    """``x`` reduced along ``axis`` by ``kind``: sum, max, min or prod."""
+    return f"tl.reduce({x}, {axis}, {_COMBINE[kind]}{', keep_dims=True' if keep_dims else ''})"
 
 
 # What one element contributes to a component, as a tile of the component's type ``t``.
 _LIFT = {Lift.VALUE: "{v}", Lift.ISNAN: "({v} != {v}).to(tl.int32)",
-         Lift.SHIFTED_EXP: "tl.exp({v} - " + _SHIFT.format(m="{v}") + ")",
+         # float32's spelling; ``TritonAccumulator.lanes`` writes it through ``exp`` for every dtype
+         Lift.SHIFTED_EXP: flushing_exp("{v} - " + _SHIFT.format(m="{v}")),
          Lift.POSITION: "tl.broadcast_to({rindex}.to(tl.int64), {shape})",
          Lift.ZERO: "tl.full({shape}, 0, {t})", Lift.ONE: "tl.full({shape}, 1, {t})"}
 # Elementwise combines: merge of two lane states, and the reduce_rows kind (flags are 0/1: OR is max).
@@ -107,6 +108,11 @@ class TritonAccumulator:
         held = [(c, _held(c.dtype(self.r.dtype))) for c in self.spec.state(self.r.dtype)]
         return [Component(c, d, _identity(c.init, d)) for c, d in held]
 
+    def exp(self, x: str) -> str:
+        """``e ** x`` for a softmax sum's terms and rescales: flushed below 2 ** -126, where
+        each is negligible beside the sum's largest term, 1 (``ops.flushing_exp``)."""
+        return flushing_exp(x, self.components()[0].dtype)
+
     @property
     def value_type(self) -> str:
         """The Triton type elements are converted to before they are accumulated."""
@@ -129,11 +135,13 @@ class TritonAccumulator:
 
     def carry(self, names: dict[str, str], shape: str, subrows: int = 0) -> list[str]:
         """Initial state carried over a loop of ``shape`` chunks: lanes of the tile, but for EXP_SUM,
-        whose max is the row's (``[XBLOCK, 1]``), or each sub-row's (``[subrows, 1]``, one row
-        per program), so that each element costs one exp."""
+        whose max is the row's (``[XBLOCK, 1]``), or each sub-row's (``[subrows]``, one row per
+        program), so that each element costs one exp. Sub-row statistics are one-dimensional:
+        as ``[subrows, 1]`` Triton holds a copy of each beside every element of the thread's
+        slice of the chunk, and updates every copy."""
         if self.spec.joint is Combine.EXP_SUM:
             t = self.value_type
-            rows = f"[{subrows}, 1]" if subrows else "[XBLOCK, 1]"
+            rows = f"[{subrows}]" if subrows else "[XBLOCK, 1]"
             return [f"{names['_max']} = tl.full({rows}, float(\"-inf\"), {t})",
                     f"{names['_sum']} = tl.full({rows if subrows else shape}, 0, {t})"]
         assert not subrows, "only softmax statistics are carried per sub-row"
@@ -146,10 +154,12 @@ class TritonAccumulator:
         if self.spec.joint is Combine.EXP_SUM:
             t, m, top = self.var + "_chunk", names["_max"], self.var + "_top"
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
-            terms = f"tl.exp({t} - {_SHIFT.format(m=top)})"
-            return [f"{t} = {masked}", f"{top} = tl.maximum({m}, {reduce_rows('max', t)})",
+            keep = not subrows
+            shift = _SHIFT.format(m=top) if keep else f"{_SHIFT.format(m=top)}[:, None]"
+            terms = self.exp(f"{t} - {shift}")
+            return [f"{t} = {masked}", f"{top} = tl.maximum({m}, {reduce_rows('max', t, keep_dims=keep)})",
                     f"{names['_sum']} = {names['_sum']} * {self._alpha(m, top)} + "
-                    f"{reduce_rows('sum', terms) if subrows else terms}",
+                    f"{terms if keep else reduce_rows('sum', terms, keep_dims=False)}",
                     f"{m} = {top}"]
         new = self.names(self.var + "_new")
         lanes = self.lanes(value, mask, rindex, shape)
@@ -166,8 +176,8 @@ class TritonAccumulator:
             masked = f"tl.where({mask}, {value}, float(\"-inf\"))" if mask else value
             lines = [f"{t} = {masked}", f"{top} = {reduce_rows('max', t)}"]
             if terms is None:
-                return lines + [f"{dst['_sum']} = {reduce_rows('sum', f'tl.exp({t} - {_SHIFT.format(m=top)})')}"]
-            return lines + [f"{terms}_shift = {_SHIFT.format(m=top)}", f"{terms} = tl.exp({t} - {terms}_shift)",
+                return lines + [f"{dst['_sum']} = {reduce_rows('sum', self.exp(f'{t} - {_SHIFT.format(m=top)}'))}"]
+            return lines + [f"{terms}_shift = {_SHIFT.format(m=top)}", f"{terms} = {self.exp(f'{t} - {terms}_shift')}",
                             f"{dst['_sum']} = {reduce_rows('sum', terms)}"]
         lanes = self.names(self.var + "_lane")
         exprs = self.lanes(value, mask, rindex, shape)
@@ -177,8 +187,8 @@ class TritonAccumulator:
         """Statements reducing the state carried over a loop into row state ``dst`` (over the
         sub-rows too, when the chunks had them)."""
         if self.spec.joint is Combine.EXP_SUM and subrows:
-            m, top = carried["_max"], dst["_max"]
-            rows_sum = f"{carried['_sum']} * {self._alpha(m, top)}"
+            m, top = carried["_max"] + "[:, None]", dst["_max"]
+            rows_sum = f"{carried['_sum']}[:, None] * {self._alpha(m, top)}"
             return [f"{top} = {reduce_rows('max', m, '0')}", f"{dst['_sum']} = {reduce_rows('sum', rows_sum, '0')}"]
         if self.spec.joint is Combine.EXP_SUM:
             return [f"{dst['_max']} = {carried['_max']}", f"{dst['_sum']} = {reduce_rows('sum', carried['_sum'])}"]
@@ -190,7 +200,8 @@ class TritonAccumulator:
         out = {}
         for c in self.components():
             lift = c.spec.lift
-            expr = _LIFT[lift].format(v=value, rindex=rindex, shape=shape, t=c.tl_type)
+            expr = self.exp(f"{value} - {_SHIFT.format(m=value)}") if lift is Lift.SHIFTED_EXP else \
+                _LIFT[lift].format(v=value, rindex=rindex, shape=shape, t=c.tl_type)
             if mask is None or lift is Lift.ZERO:  # Welford's m2: 0 is its identity
                 out[c.suffix] = expr
             elif lift is Lift.ONE:                 # Welford's count: 0 in masked lanes
@@ -230,7 +241,7 @@ class TritonAccumulator:
     def _alpha(self, m: str, top: str) -> str:
         """exp(m* - top*), capped so that a sum of 0 (only -inf seen) stays 0 (``ir/reductions.py``)."""
         largest = torch.finfo(self.components()[0].torch_dtype).max
-        return f"tl.minimum(tl.exp({_SHIFT.format(m=m)} - {_SHIFT.format(m=top)}), {largest!r})"
+        return f"tl.minimum({self.exp(f'{_SHIFT.format(m=m)} - {_SHIFT.format(m=top)}')}, {largest!r})"
 
     def _better(self, v: str, a: str, vi: str, ai: str) -> str:
         cmp = ">" if self.spec.joint is Combine.ARGMAX else "<"
