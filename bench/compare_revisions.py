@@ -3,7 +3,8 @@
 Each round runs every workload once per checkout, each checkout in a fresh process, alternating
 (other, this, other, this, ...), so both see the same machine state; the table gives each
 workload's median time over the rounds for both and their ratio, then the geometric mean. It
-shows that a refactor kept the speed.
+shows that a refactor kept the speed. A training row (``layernorm_train``, ...) is timed as one
+step: the forward pass, then the backward.
 
     git worktree add /tmp/old/loopnest REV        # a folder holding a `loopnest` package folder
     python bench/compare_revisions.py --other /tmp/old --device cpu   # C++ backend
@@ -32,8 +33,14 @@ options = {"backend": "triton" if device == "cuda" else "cpp", "tune": "off"}
 out = {}
 for name in names:
     w = WORKLOADS[name]
-    args = w.inputs(size or ("gpu" if device == "cuda" else "cpu"), device=device)
-    fn = torch.compile(w.fn, backend=loopnest_backend, options=options)
+    size_class = size or ("gpu" if device == "cuda" else "cpu")
+    compiled = torch.compile(w.fn, backend=loopnest_backend, options=options)
+    if getattr(w, "train", False):  # one step: forward, then backward (revisions that have training rows)
+        from loopnest.autotune.workloads import training_step
+        args = w.train_inputs(size_class, device=device)
+        fn = lambda *a: training_step(compiled, a)
+    else:
+        args, fn = w.inputs(size_class, device=device), compiled
     fn(*args)
     if device == "cuda":
         import triton.testing

@@ -9,6 +9,9 @@ the L2 flushed); for the strided cases, eager, Inductor and a copy of the input 
 them. Prints the default, the best configs and the peers, with each time's fraction of copy
 bandwidth (``--copy-gbs``) over the bytes the kernel must move.
 
+Rows (``layernorm``, ...): the suite row's kernel as persistent tiles of 1-4 rows and as looped
+chunks (Inductor's form: the row read again from L2 for the normalization).
+
 Run on the device: python bench/kernel_configs.py [--configs 60] [CASE ...]
 Check the script on a CPU: TRITON_INTERPRET=1 python bench/kernel_configs.py --configs 3 --small
 """
@@ -30,7 +33,7 @@ from loopnest.autotune.workloads import WORKLOADS  # noqa: E402
 from loopnest.backends import registry  # noqa: E402
 from loopnest.backends.triton import codegen  # noqa: E402
 from loopnest.backends.triton.heuristics import sm_count  # noqa: E402
-from loopnest.backends.triton.params import Strategy, TritonConfig  # noqa: E402
+from loopnest.backends.triton.params import Strategy, TritonConfig, next_pow2  # noqa: E402
 
 STRIDED = {  # name: (fn, shape at GPU size, shape for --small)
     "mean_mid": (lambda x: x.mean(1), (32, 2048, 512), (3, 40, 24)),
@@ -40,6 +43,7 @@ STRIDED = {  # name: (fn, shape at GPU size, shape for --small)
     "mean_dim0_3d": (lambda x: x.mean(0), (256, 1024, 128), (9, 8, 16)),
 }
 ACROSS = ("layernorm_train", "rmsnorm_train_bf16")  # their backward kernel that reduces across rows
+ROWS = ("layernorm", "rmsnorm_bf16", "add_layernorm")  # suite rows reduced along contiguous rows
 
 
 def strided_grid(count: int, seed: int = 0) -> list[tuple[TritonConfig, int]]:
@@ -65,21 +69,32 @@ def across_grid(default: TritonConfig, count: int, seed: int = 0) -> list[tuple[
     return sorted(out, key=lambda c: (json.dumps(c[0].to_json()), c[1]))
 
 
+def rows_grid(row: int) -> list[tuple[TritonConfig, int]]:
+    """Persistent tiles of one to four rows, and looped chunks of a quarter to half a row (the
+    row read again for the later phases, from L2), over 4-16 warps."""
+    out = [(TritonConfig(XBLOCK=x, RBLOCK=row, num_warps=w, strategy=Strategy.PERSISTENT), 0)
+           for x in (1, 2, 4) for w in (4, 8, 16)]
+    out += [(TritonConfig(XBLOCK=1, RBLOCK=rb, num_warps=w, num_stages=s, strategy=Strategy.LOOPED), 0)
+            for rb in (row // 4, row // 2) for w in (4, 8) for s in (1, 2)]
+    return out
+
+
 def _frac(moved: int, us: float, copy_gbs: float) -> float:
     return moved / (us * 1e-6) / (copy_gbs * 1e9)
 
 
-def peer_us(fn, x) -> dict:
-    """Eager, Inductor and a copy of ``x``: kernel-time medians (µs) from ``do_bench``."""
+def peer_us(fn, x, *rest) -> dict:
+    """Eager, Inductor and a copy of ``x``: kernel-time medians (µs) from ``do_bench`` of
+    ``fn(x, *rest)``."""
     from triton.testing import do_bench
 
     if x.device.type != "cuda":
         return {}
     torch._dynamo.reset()
     inductor = torch.compile(fn)
-    inductor(x)
+    inductor(x, *rest)
     out = torch.empty_like(x)
-    return {"eager": do_bench(lambda: fn(x)) * 1e3, "inductor": do_bench(lambda: inductor(x)) * 1e3,
+    return {"eager": do_bench(lambda: fn(x, *rest)) * 1e3, "inductor": do_bench(lambda: inductor(x, *rest)) * 1e3,
             "copy_of_input": do_bench(lambda: out.copy_(x)) * 1e3}
 
 
@@ -120,7 +135,7 @@ def main() -> int:
     p.add_argument("--configs", type=int, default=60)
     p.add_argument("--copy-gbs", type=float, default=4281.0)
     p.add_argument("--small", action="store_true", help="interpreter-sized shapes")
-    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(ACROSS))
+    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(ACROSS) + list(ROWS))
     opts = p.parse_args()
     for name in opts.cases:
         if name in ACROSS:
@@ -129,6 +144,12 @@ def main() -> int:
             across = next(k for k in kernels if k.across)
             configs = across_grid(registry.get("triton").default_config(across), opts.configs)
             result = run_case(target, lambda ks: next(k for k in ks if k.across), configs, opts.copy_gbs)
+        elif name in ROWS:
+            w = WORKLOADS[name]
+            args = w.inputs("tiny" if opts.small else "gpu", device=registry.get("triton").device)
+            peers = peer_us(w.fn, *args) if len(args) else {}
+            result = run_case(SweepTarget(name, w.fn, args), lambda ks: ks[0], rows_grid(next_pow2(args[0].shape[-1])),
+                              opts.copy_gbs, peers)
         else:
             fn, shape, small = STRIDED[name]
             x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)
