@@ -1,10 +1,11 @@
 """Two checkouts of loopnest side by side: the loopnest column of the suite, this one and another.
 
-Each round runs every workload once per checkout, each checkout in a fresh process, alternating
-(other, this, other, this, ...), so both see the same machine state; the table gives each
-workload's median time over the rounds for both and their ratio, then the geometric mean. It
-shows that a refactor kept the speed. A training row (``layernorm_train``, ...) is timed as one
-step: the forward pass, then the backward.
+Each round runs every workload once per checkout, each checkout in a fresh process, the order
+swapped every round (other, this, this, other, ...), so both see the same machine state and the
+same share of first and second places; the table gives each workload's median time over the
+rounds for both and their ratio, then the geometric mean. It shows that a refactor kept the
+speed. A training row (``layernorm_train``, ...) is timed as one step: the forward pass, then
+the backward.
 
     git worktree add /tmp/old/loopnest REV        # a folder holding a `loopnest` package folder
     python bench/compare_revisions.py --other /tmp/old --device cpu   # C++ backend
@@ -73,8 +74,9 @@ def main() -> None:
     parser.add_argument("--size", default="", help="size class of the inputs (default: cpu or gpu, by --device)")
     opts = parser.parse_args()
     times: dict[str, dict[str, list[float]]] = {"other": {}, "this": {}}
-    for _ in range(opts.rounds):
-        for label, path in (("other", opts.other), ("this", None)):
+    for k in range(opts.rounds):  # ABBA: the checkout run second in a pair can be 14% slower
+        pair = (("other", opts.other), ("this", None))
+        for label, path in (pair if k % 2 == 0 else pair[::-1]):
             for name, ms in run_checkout(path, opts.device, opts.workloads, opts.runs, opts.size).items():
                 times[label].setdefault(name, []).append(ms)
     print(f"| workload | other ms | this ms | this / other |  ({opts.device}, {opts.size or 'default'} sizes, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 
+from ...ir import dtypes as dt
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
@@ -165,9 +166,12 @@ class CppEmitter(ExprEmitter):
         return RENDER[e.op](*args)
 
     def store(self, buffer: str, index: tuple[Index, ...], value: Expr) -> None:
-        v = self.emit(value)
         dtype = self.kernel.buffers[buffer].dtype
-        if value.dtype != dtype:
+        narrow = dtype in (dt.bfloat16, dt.float16)
+        if narrow and isinstance(value, Apply) and value.op is Op.CAST and value.dtype == dtype:
+            value = value.args[0]  # the store rounds once; rounding twice would give the same bits
+        v = self.emit(value)
+        if value.dtype != dtype and not (narrow and value.dtype == dt.float32):
             v = render_cast(v, value.dtype, dtype)
         target = mangle(BUFFER, buffer)
         self.lines.append(f"{self.indent}{target}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
