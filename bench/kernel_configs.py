@@ -147,9 +147,8 @@ def main() -> int:
         elif name in ROWS:
             w = WORKLOADS[name]
             args = w.inputs("tiny" if opts.small else "gpu", device=registry.get("triton").device)
-            peers = peer_us(w.fn, *args) if len(args) else {}
             result = run_case(SweepTarget(name, w.fn, args), lambda ks: ks[0], rows_grid(next_pow2(args[0].shape[-1])),
-                              opts.copy_gbs, peers)
+                              opts.copy_gbs, peer_us(w.fn, *args))
         else:
             fn, shape, small = STRIDED[name]
             x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)

@@ -167,11 +167,10 @@ class CppEmitter(ExprEmitter):
 
     def store(self, buffer: str, index: tuple[Index, ...], value: Expr) -> None:
         dtype = self.kernel.buffers[buffer].dtype
-        narrow = dtype in (dt.bfloat16, dt.float16)
-        if narrow and isinstance(value, Apply) and value.op is Op.CAST and value.dtype == dtype:
+        if dtype.is_low_precision and isinstance(value, Apply) and value.op is Op.CAST and value.dtype == dtype:
             value = value.args[0]  # the store rounds once; rounding twice would give the same bits
         v = self.emit(value)
-        if value.dtype != dtype and not (narrow and value.dtype == dt.float32):
+        if value.dtype not in (dtype, dt.compute_dtype(dtype)):  # store_value rounds a compute value
             v = render_cast(v, value.dtype, dtype)
         target = mangle(BUFFER, buffer)
         self.lines.append(f"{self.indent}{target}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
