@@ -259,10 +259,10 @@ class KernelWriter:
         self.lines: list[str] = []
         self.names = itertools.count(1)  # one counter per kernel: deterministic, collision-free
         self.c = IndexPrinter(atom_name)  # sizes in C syntax (str(Index) writes // for floor)
-        work = (product(kernel.pdomain) * product(kernel.rdomain)).as_int()
-        self.serial = work is not None and work < PARALLEL_MIN_WORK  # known small: one thread
+        work = product(kernel.pdomain) * product(kernel.rdomain)
+        self.serial = work.as_int() is not None and work.as_int() < PARALLEL_MIN_WORK  # known small: one thread
         self.threads = f" num_threads({config.threads})" if config.threads else ""
-        self.threads += self._parallel_if()
+        self.threads += self._parallel_if(work)
         # reductions across rows: each thread's block partials, one element per point of the rdomain
         self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
         self.streaming = False  # set while the rows loop nest of a streamed kernel is written
@@ -354,10 +354,10 @@ class KernelWriter:
         for n in range(count):
             self.out(indent[: len(indent) - 2 * (n + 1)], "}")
 
-    def _parallel_if(self) -> str:
-        """An ``if`` clause keeping small kernels on one thread: waking a team costs more than
-        the work, and far more when another process holds a core (the team waits at barriers)."""
-        work = product(self.k.pdomain) * product(self.k.rdomain)
+    def _parallel_if(self, work: Index) -> str:
+        """An ``if`` clause keeping kernels of ``work`` elements, when small, on one thread: waking
+        a team costs more than the work, and far more when another process holds a core (the team
+        waits at barriers)."""
         if work.as_int() is not None:
             return " if(0)" if self.serial else ""
         return f" if(({self.c(work)}) >= {PARALLEL_MIN_WORK})"
