@@ -114,3 +114,18 @@ def test_exp_ftz_flushes_below_minus_87_and_is_exp_above():
     assert np.isnan(got[7]) and got[8] == 1.0
     assert np.array_equal(got[[0, 1, 9]], probe.run("ln_expf", x[[0, 1, 9]]))
     assert (got[np.isfinite(got)] == 0).sum() + (np.abs(got[np.isfinite(got)]) >= 2.0**-126).sum() == 9
+
+
+def test_erf_table_of_other_targets_on_this_machine():
+    """AVX-512 builds use erf's 16-interval table; other targets its 8-interval one, built here
+    through ``LN_ERF_TABLE8``: the same bound, special values and bits in every variant."""
+    table8 = ("LN_ERF_TABLE8",)
+    acc = probe.measure("ln_erff", 1_000_000, "simd", table8)
+    assert acc.max_ulp <= probe.BOUNDS["ln_erff"] and acc.mean_ulp < 0.5, acc
+    assert acc != probe.measure("ln_erff", 1_000_000), "LN_ERF_TABLE8 built the same table"
+    x = np.concatenate([probe.random_inputs("ln_erff", 100_000, seed=2), probe.SPECIALS, probe.EDGES])
+    scalar = probe.run("ln_erff", x, "scalar", table8)
+    for path in probe.paths("ln_erff"):
+        assert np.array_equal(probe.run("ln_erff", x, path, table8), scalar, equal_nan=True), path
+    want = probe.reference("ln_erff", probe.SPECIALS).astype(np.float32)
+    assert np.array_equal(probe.run("ln_erff", probe.SPECIALS, "simd", table8), want, equal_nan=True)

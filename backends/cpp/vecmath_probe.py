@@ -51,10 +51,13 @@ def _entry_points(name: str) -> str:
 
 
 @functools.cache
-def library() -> ctypes.CDLL:
-    """The probe library: every vecmath function with its entry points (built once, cached)."""
+def library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The probe library: every vecmath function with its entry points (built once, cached).
+    ``defines``: macros defined before vecmath.h (``LN_ERF_TABLE8`` builds its other erf table)."""
     calls = " ".join(f"{name}(" for name, _ in VECMATH.values())
-    source = PRELUDE + vecmath_source(calls) + "\n".join(_entry_points(n) for n, _ in VECMATH.values()) + "\n"
+    macros = "".join(f"#define {d}\n" for d in defines)
+    source = (PRELUDE + macros + vecmath_source(calls)
+              + "\n".join(_entry_points(n) for n, _ in VECMATH.values()) + "\n")
     return cc.load(cc.build(source))
 
 
@@ -66,13 +69,14 @@ def paths(name: str) -> list[str]:
     return found
 
 
-def run(name: str, x: np.ndarray, path: str = "simd") -> np.ndarray:
-    """``name`` applied to the float32 array ``x`` through ``path`` (see ``paths``)."""
+def run(name: str, x: np.ndarray, path: str = "simd", defines: tuple[str, ...] = ()) -> np.ndarray:
+    """``name`` applied to the float32 array ``x`` through ``path`` (see ``paths``), in the
+    library built with ``defines``."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     pad = (-len(x)) % 16  # whole vectors for the direct variant calls
     xp = np.concatenate([x, np.ones(pad, np.float32)])
     y = np.empty_like(xp)
-    fn = getattr(library(), f"probe_{path}_{name}")
+    fn = getattr(library(defines), f"probe_{path}_{name}")
     fn.restype = None
     fn(xp.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(len(xp)))
     return y[: len(x)]
@@ -133,9 +137,9 @@ class Accuracy:
     inputs: int
 
 
-def measure(name: str, n: int = 1_000_000, path: str = "simd") -> Accuracy:
+def measure(name: str, n: int = 1_000_000, path: str = "simd", defines: tuple[str, ...] = ()) -> Accuracy:
     """Error of ``name`` on ``n`` random inputs plus the boundary inputs, through ``path``."""
     x = np.concatenate([random_inputs(name, n), EDGES])
-    err = ulp_error(run(name, x, path), reference(name, x))
+    err = ulp_error(run(name, x, path, defines), reference(name, x))
     worst = int(np.argmax(err))
     return Accuracy(name, float(err[worst]), float(err.mean()), float(x[worst]), len(x))
