@@ -13,7 +13,7 @@
 //
 // Error bounds (ulp of float32, against float64, measured on 10^6 random inputs per function by
 // tests/test_cpp_vecmath.py, which asserts them; bench/RESULTS.md has the table):
-//   ln_expf      <= 1 ulp (0.87 seen), x in [-103.97, 88.72]; overflow to inf above 88.7228,
+//   ln_expf      <= 1 ulp (0.86 seen), x in [-103.97, 88.72]; overflow to inf above 88.7228,
 //                0 below -103.973, denormal results rounded once (two-step scaling).
 //   ln_expf_ftz  <= 1 ulp, as ln_expf where x >= -87; 0 below (never a subnormal result).
 //   ln_logf      <= 1 ulp (0.80 seen), all positive floats, denormals included; log(0) = -inf,
@@ -84,19 +84,29 @@ template <class V, int N> static inline V poly(V x, const float (&c)[N]) {
 }
 
 template <class V> static inline V abs_(V x) { return from_bits<V>(bits(x) & 0x7fffffff); }
+
+// x clamped to at least (at most) c, NaN passed through: one vmaxps (vminps) with the constant as
+// the first operand, whose NaN rule returns the second; a compare and a blend where g++ would not.
+template <class V> static inline V at_least(V x, float c) { return splat<V>(c) > x ? splat<V>(c) : x; }
+template <class V> static inline V at_most(V x, float c) { return splat<V>(c) < x ? splat<V>(c) : x; }
+#ifdef __AVX512F__
+static inline f16 at_least(f16 x, float c) { return (f16)_mm512_max_ps(_mm512_set1_ps(c), (__m512)x); }
+static inline f16 at_most(f16 x, float c) { return (f16)_mm512_min_ps(_mm512_set1_ps(c), (__m512)x); }
+#endif
 template <class V> static inline V with_sign_of(V mag, V x) {
   return from_bits<V>(bits(mag) | (bits(x) & (int32_t)0x80000000));
 }
 
-// exp: x = n*ln2 + r, |r| <= ln2/2 (Cody-Waite), e^r by a degree-7 minimax polynomial (Cephes),
-// 2^n applied as two normal factors so denormal results round once. ``xc``: x clamped to the
-// range the caller wants (NaN passes through every clamp: it compares false). ``keep``: the
-// lanes of a 16-lane result that are not zeroed (a mask vscalefps applies for free).
+// exp: x = n*ln2 + r, |r| <= ln2/2 (Cody-Waite), e^r = 1 + r + r^2 Q(r) with Q of degree 4 fitted
+// for relative error (3.6e-9 in float64; vecmath_fit.py); Cephes's degree 7 took one fma more for
+// the same 0.87 ulp. 2^n applied as two normal factors so denormal results round once. ``xc``:
+// x clamped to the range the caller wants (NaN passes through every clamp). ``keep``: the lanes of
+// a 16-lane result that are not zeroed (a mask vscalefps applies for free).
 template <class V> static inline V exp_clamped_(V xc, uint32_t keep = 0xffff) {
-  static const float p[] = {1.0f, 1.0f, 5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
-                            8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  static const float p[] = {1.0f, 1.0f, 0x1.fffff8p-2f, 0x1.55548ep-3f, 0x1.555b58p-5f, 0x1.123b8ep-7f,
+                            0x1.687c22p-10f};
   const float shifter = 0x1.8p23f;
-  xc = xc > 88.8f ? splat<V>(88.8f) : xc;
+  xc = at_most(xc, 88.8f);
   V t = fma_(xc, splat<V>(0x1.715476p+0f), splat<V>(shifter));
   V n = t - shifter;
   V r = fma_(n, splat<V>(-0x1.62e400p-1f), xc);
@@ -113,7 +123,7 @@ template <class V> static inline V exp_clamped_(V xc, uint32_t keep = 0xffff) {
 }
 
 template <class V> static inline V exp_(V x) {
-  return exp_clamped_(x < -104.0f ? splat<V>(-104.0f) : x);
+  return exp_clamped_(at_least(x, -104.0f));
 }
 
 // exp for the terms of a softmax sum, exp(x - max(x)): e^x where x >= -87, else 0. It never makes

@@ -1,4 +1,4 @@
-"""Fit the piecewise polynomials of vecmath.h's erf and print them as its C tables.
+"""Fit the polynomials of vecmath.h: erf's piecewise tables and exp's reduced-range polynomial.
 
 Run: ``python -m loopnest.backends.cpp.vecmath_fit``. [0, 4) is cut into equal intervals: 16 of
 0.25 with polynomials of degree 5 (the AVX-512 table: 16 entries are one register, one vpermps
@@ -8,6 +8,8 @@ squares in float64 on 400 Chebyshev nodes (on interval 0 with relative weights a
 term, so that erf keeps its relative accuracy down to denormal inputs). The linear coefficient is
 stored as a float32 pair (hi + lo): on interval 0 it is 2/sqrt(pi), and a single float32 would
 cost up to 1 ulp near 0.
+
+exp: e^r = 1 + r + r^2 Q(r) on [-ln2/2, ln2/2], Q of degree 4, fitted for relative error.
 """
 from __future__ import annotations
 
@@ -37,6 +39,16 @@ def fit_interval(i: int, intervals: int, degree: int) -> list[float]:
     return [float(v) for v in (np.float32(center), np.float32(coef[0]), p1_hi, p1_lo, *coef[2:].astype(np.float32))]
 
 
+def exp_coefficients() -> list[float]:
+    """Q's coefficients (constant term first) as float32 values."""
+    half = math.log(2) / 2
+    r = half * np.cos(np.pi * (np.arange(2000) + 0.5) / 2000)
+    weight = r * r / np.exp(r)  # the error of e^r relative to e^r
+    basis = np.vstack([r ** j for j in range(5)]).T
+    q = np.linalg.lstsq(basis * weight[:, None], (np.exp(r) - 1 - r) / (r * r) * weight, rcond=None)[0]
+    return [float(v) for v in q.astype(np.float32)]
+
+
 def hex_float(v: float) -> str:
     """``v`` as a C float literal in hex, exact and short: 0x1.20dd76p+0f."""
     mantissa, exponent = float.hex(v).split("p")
@@ -52,4 +64,5 @@ def c_table(intervals: int, degree: int) -> str:
 
 if __name__ == "__main__":
     for target, (intervals, degree) in TABLES.items():
-        print(f"// {target}: {intervals} intervals, degree {degree}\n{c_table(intervals, degree)}")
+        print(f"// erf, {target}: {intervals} intervals, degree {degree}\n{c_table(intervals, degree)}")
+    print("// exp: 1.0f, 1.0f, " + ", ".join(hex_float(v) for v in exp_coefficients()))
