@@ -220,8 +220,8 @@ static inline f16 lookup(const float (&t)[16], i16 i) { return (f16)_mm512_permu
 // erf: [0, 4) in equal intervals; on interval i, erf(a) = P_i(a - c_i), with its linear
 // coefficient as a float32 pair (hi + lo), c_0 = 0 (relative accuracy down to denormals) and c_i
 // the midpoint above (tables from vecmath_fit.py). Beyond 4 erf rounds to +-1. No exp and no
-// division. With AVX-512: 16 intervals of 0.25 and degree 5, one vpermps per coefficient, 35
-// instructions per 16 lanes (8 intervals of degree 7 took 49; an erf GELU loop in L2 ran 0.428
+// division. With AVX-512: 16 intervals of 0.25 and degree 5, one vpermps per coefficient, 34
+// instructions per 16 lanes (8 intervals of degree 7 took 48; an erf GELU loop in L2 ran 0.428
 // against 0.550 ns per element). Elsewhere: 8 intervals of 0.5 and degree 7, tables of 8 that
 // fit an AVX2 register. LN_ERF_TABLE8 picks the second on AVX-512 too (its test).
 #if defined(__AVX512F__) && !defined(LN_ERF_TABLE8)
