@@ -25,6 +25,7 @@ from ..ir import dtypes as dt
 from ..ir.index import Index, bare_symbol, contiguous_strides, is_nonneg, symbols_in
 from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
+from . import row_order
 from .carriers import Carrier, carrier_of
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import shape_of, strides_of, to_index
@@ -169,6 +170,11 @@ class FxLowering:
             return self._extern(ctx, args, kwargs, carrier.reason)
         rule = LOWERINGS.get(target)
         if rule is None:
+            order = row_order.find(node)
+            if order is not None:  # the product of the source's rows as they lie, then a view
+                args = list(args)
+                args[order.lhs_position] = order.lhs(self.env[order.source])
+                return order.result(self._extern(ctx, tuple(args), kwargs, ext.default_reason(target)))
             return self._extern(ctx, args, kwargs, ext.default_reason(target))
         try:
             result = rule(ctx, *args, **kwargs)
