@@ -129,3 +129,26 @@ def test_erf_table_of_other_targets_on_this_machine():
         assert np.array_equal(probe.run("ln_erff", x, path, table8), scalar, equal_nan=True), path
     want = probe.reference("ln_erff", probe.SPECIALS).astype(np.float32)
     assert np.array_equal(probe.run("ln_erff", probe.SPECIALS, "simd", table8), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("op, fn", [(ln.exp, torch.exp), (ln.log, torch.log), (ln.erf, torch.erf),
+                                    (ln.sigmoid, torch.sigmoid)])
+def test_pointwise_math_in_blocks_matches_the_tail_bit_for_bit(op, fn):
+    """Pointwise kernels run their math inline on blocks of 16 (``vector_blocks.py``) and the
+    elements after the last block through the plain loop: the same bits for the same input."""
+    x = ln.placeholder("x", (3, 37), ln.float32)
+    expr = op(x * 0.5 + 0.25) * x
+    assert "lnv::block16(" in module_source(lambda t: op(t * 0.5 + 0.25) * t, x)
+    a = torch.rand(3, 37) * 8 + 0.1
+    a[:, 32:] = a[:, :5]  # the tail (columns 32-36) repeats the first block's first elements
+    got = ln.compile(expr, backend="cpp")(a)
+    assert torch.equal(got[:, 32:].view(torch.int32), got[:, :5].view(torch.int32))
+    torch.testing.assert_close(got, fn(a * 0.5 + 0.25) * a, rtol=3e-7 * 4, atol=1e-38)
+
+
+def test_nested_math_keeps_the_plain_loop():
+    x = ln.placeholder("x", (5, 40), ln.float32)
+    nested = module_source(lambda t: ln.exp(ln.erf(t)), x)
+    assert "lnv::block16(" not in nested and "ln_expf(" in nested
+    a = torch.randn(5, 40)
+    torch.testing.assert_close(ln.compile(ln.exp(ln.erf(x)), backend="cpp")(a), torch.exp(torch.erf(a)))

@@ -18,7 +18,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
-from . import column_rows, row_lanes
+from . import column_rows, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
@@ -372,6 +372,9 @@ class KernelWriter:
         tiled = transposed_dim(self.k)
         if tiled is not None:
             return self.pointwise_blocks(tiled)
+        calls = vector_blocks.math_calls(self.k) if pv else []
+        if calls:
+            return self.pointwise_math_blocks(calls)
         outer, pre = "  ", None
         if len(pv) > 1:
             self.parallel_for(len(pv) - 1)
@@ -392,6 +395,32 @@ class KernelWriter:
         if pv:
             self.close_loops(1, body)
             self.finish_deferred(deferred, pragma_at, outer)
+        self.close_loops(len(pv) - 1, outer)
+
+    def pointwise_math_blocks(self, calls) -> None:
+        """The innermost loop in blocks whose math runs inline (``vector_blocks.py``), then the
+        elements after the last block through the plain loop."""
+        pv, sizes = self.k.pvars(), self.k.pdomain
+        inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.BLOCK
+        start, pre = f"{inner}_b", None
+        if len(pv) > 1:
+            self.parallel_for(len(pv) - 1)
+            outer = self.open_loops(pv[:-1], sizes[:-1], "  ")
+            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+            self.out(outer, f"int64_t {start} = 0;", f"for (; {start} + {step} <= {n}; {start} += {step}) {{")
+            tail = start
+        else:
+            outer = "  "
+            tail = f"({n}) / {step} * {step}"
+            grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
+            self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
+                     f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
+        vector_blocks.write_blocks(self, outer + "  ", calls, start, pre)
+        self.out(outer, "}")
+        if sizes[-1].as_int() is None or sizes[-1].as_int() % step:  # else no element is left
+            self.out(outer, "#pragma omp simd", f"for (int64_t {inner} = {tail}; {inner} < {n}; ++{inner}) {{")
+            self.body(outer + "  ", {}, [], self.k.elem_stores, "", pre=pre)
+            self.out(outer, "}")
         self.close_loops(len(pv) - 1, outer)
 
     def pointwise_blocks(self, t: int) -> None:

@@ -94,10 +94,18 @@ LIBMVEC_FIRST = frozenset({Op.TANH})
 VECMATH_HEADER = (Path(__file__).parent / "vecmath.h").read_text()
 
 
+def vecmath_impl(op: Op, dtype: DType) -> str | None:
+    """The vecmath.h template computing ``op`` at ``dtype`` (``exp_``, ...), or None where a libm
+    or libmvec function does."""
+    if ctype(dtype) == "float" and op in VECMATH and not (op in LIBMVEC_FIRST and has_libmvec()):
+        return VECMATH[op][1]
+    return None
+
+
 def render_libm(op: Op, dtype: DType, arg: str) -> str:
     """A math call of the precision of ``dtype``'s compute type."""
     single = ctype(dtype) == "float"
-    if single and op in VECMATH and not (op in LIBMVEC_FIRST and has_libmvec()):
+    if vecmath_impl(op, dtype) is not None:
         return f"{VECMATH[op][0]}({arg})"
     name = LIBM[op]
     return f"{name}{'f' if single and not name.startswith('ln_') else ''}({arg})"
@@ -105,7 +113,8 @@ def render_libm(op: Op, dtype: DType, arg: str) -> str:
 
 def vecmath_source(code: str) -> str:
     """vecmath.h with the functions ``code`` calls instantiated (each costs g++ time: only those)."""
-    used = [f"LN_VECMATH({name}, {impl})" for name, impl in VECMATH.values() if f"{name}(" in code]
+    used = [f"LN_VECMATH({name}, {impl})" for name, impl in VECMATH.values()
+            if f"{name}(" in code or f"lnv::{impl}(" in code]
     return VECMATH_HEADER + "\n".join(used) + "\n" if used else ""
 
 

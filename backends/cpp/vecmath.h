@@ -268,6 +268,32 @@ template <class V> static inline V sigmoid_(V x) {
   V e = exp_(-abs_(x));
   return (x >= 0.0f ? splat<V>(1.0f) : e) / (1.0f + e);
 }
+
+// f applied in place to 16 floats at the widest vector width of the target, inline: generated
+// pointwise kernels call it on a block of their elements (vector_blocks.py), where an omp simd
+// loop would call the out-of-line vector variant.
+template <class F> static inline __attribute__((always_inline)) void block16(float* a, F f) {
+#if defined(__AVX512F__)
+  f16 v;
+  __builtin_memcpy(&v, a, 64);
+  v = f(v);
+  __builtin_memcpy(a, &v, 64);
+#elif defined(__AVX__)
+  for (int k = 0; k < 16; k += 8) {
+    f8 v;
+    __builtin_memcpy(&v, a + k, 32);
+    v = f(v);
+    __builtin_memcpy(a + k, &v, 32);
+  }
+#else
+  for (int k = 0; k < 16; k += 4) {
+    f4 v;
+    __builtin_memcpy(&v, a + k, 16);
+    v = f(v);
+    __builtin_memcpy(a + k, &v, 16);
+  }
+#endif
+}
 }  // namespace lnv
 
 #define LN_VECMATH_HIDDEN __attribute__((visibility("hidden")))

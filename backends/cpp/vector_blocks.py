@@ -1,0 +1,76 @@
+"""C++ for pointwise kernels whose elements call vecmath.h: the math inline, 16 lanes at a time.
+
+In an ``omp simd`` loop g++ calls a math function's vector variant out of line
+(``_ZGVeN16v_ln_expf``): every call spills the live vector registers (all are caller-saved)
+and reloads the function's constants. Here the innermost loop runs in blocks of 16 elements:
+one ``omp simd`` lane loop computes each math call's argument into an array of 16, the
+function's template runs on the array inline (``lnv::block16``: one zmm with AVX-512, two ymm
+with AVX2), and a second lane loop does the rest of the element's work with the results. The
+elements after the last block run through the plain loop, whose scalar and vector calls compute
+the same bits as the template (vecmath.h instantiates one algorithm per build).
+
+Measured on the 2-core AVX-512 Xeon (2026-12-05, L2-resident loop, one thread): exp 0.294 ->
+0.216 ns per element, erf GELU 0.462 -> 0.413, bit-identical results.
+
+Only kernels whose math calls do not nest (exp of an erf would need a second block pass) and
+whose indices hold no indirect positions (their checks stay in the plain loop) are written so.
+"""
+from __future__ import annotations
+
+from ...ir.expr import Apply, Expr, IndexValue, Load, walk
+from ...ir.index import Indirect, as_var
+from ...scheduler.kernel import Kernel
+from .ops import vecmath_impl
+
+BLOCK = 16  # elements per block: one AVX-512 vector of floats
+MAX_CALLS = 4  # math calls per element written in blocks (an array of 16 floats each)
+
+
+def math_calls(kernel: Kernel) -> list[Apply]:
+    """The vecmath calls of ``kernel``'s element stores, in first-use order, if the kernel can be
+    written in blocks; [] otherwise."""
+    calls: list[Apply] = []
+    for store in kernel.elem_stores:
+        for node in walk(store.value):
+            if isinstance(node, (Load, IndexValue)) and _indirect(node):
+                return []
+            if isinstance(node, Apply) and vecmath_impl(node.op, node.dtype) is not None and node not in calls:
+                calls.append(node)
+    if len(calls) > MAX_CALLS or any(_calls_math(c.args[0]) for c in calls):
+        return []
+    return calls
+
+
+def _indirect(node: Load | IndexValue) -> bool:
+    return any(isinstance(a, Indirect) for i in (node.index if isinstance(node, Load) else (node.index,))
+               for a in i.atoms())
+
+
+def _calls_math(e: Expr) -> bool:
+    return any(isinstance(n, Apply) and vecmath_impl(n.op, n.dtype) is not None for n in walk(e))
+
+
+def write_blocks(w, indent: str, calls: list[Apply], start: str, pre) -> None:
+    """One block of ``BLOCK`` elements starting at ``start`` of the innermost loop, at ``indent``
+    (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant values, or None)."""
+    inner = as_var(w.k.pvars()[-1]).name
+    arrays = [f"lnv_a{n}" for n in range(len(calls))]
+    w.out(indent, f"float {', '.join(f'{a}[{BLOCK}]' for a in arrays)};")
+    args = _lanes(w, indent, inner, start, pre)
+    for a, call in zip(arrays, calls):
+        w.out(indent + "  ", f"{a}[j_] = {args.emit(call.args[0])};")
+    w.out(indent, "}")
+    for a, call in zip(arrays, calls):
+        w.out(indent, f"lnv::block16({a}, [](auto v) {{ return lnv::{vecmath_impl(call.op, call.dtype)}(v); }});")
+    results = _lanes(w, indent, inner, start, pre)
+    results.cache.update({call: f"{a}[j_]" for a, call in zip(arrays, calls)})
+    w.body(indent + "  ", {}, [], w.k.elem_stores, "", pre=results)
+    w.out(indent, "}")
+
+
+def _lanes(w, indent: str, inner: str, start: str, pre):
+    """Open a lane loop over the block; returns an emitter inside it."""
+    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {BLOCK}; ++j_) {{")
+    w.out(indent + "  ", f"const int64_t {inner} = {start} + j_;")
+    em = w.emitter(indent + "  ", {})
+    return em.inherit(pre) if pre is not None else em
