@@ -272,26 +272,21 @@ template <class V> static inline V sigmoid_(V x) {
 // f applied in place to 16 floats at the widest vector width of the target, inline: generated
 // pointwise kernels call it on a block of their elements (vector_blocks.py), where an omp simd
 // loop would call the out-of-line vector variant.
+template <class V, class F> static inline __attribute__((always_inline)) void apply16(float* a, F f) {
+  for (unsigned k = 0; k < 16; k += sizeof(V) / sizeof(float)) {
+    V v;
+    __builtin_memcpy(&v, a + k, sizeof v);
+    v = f(v);
+    __builtin_memcpy(a + k, &v, sizeof v);
+  }
+}
 template <class F> static inline __attribute__((always_inline)) void block16(float* a, F f) {
 #if defined(__AVX512F__)
-  f16 v;
-  __builtin_memcpy(&v, a, 64);
-  v = f(v);
-  __builtin_memcpy(a, &v, 64);
+  apply16<f16>(a, f);
 #elif defined(__AVX__)
-  for (int k = 0; k < 16; k += 8) {
-    f8 v;
-    __builtin_memcpy(&v, a + k, 32);
-    v = f(v);
-    __builtin_memcpy(a + k, &v, 32);
-  }
+  apply16<f8>(a, f);
 #else
-  for (int k = 0; k < 16; k += 4) {
-    f4 v;
-    __builtin_memcpy(&v, a + k, 16);
-    v = f(v);
-    __builtin_memcpy(a + k, &v, 16);
-  }
+  apply16<f4>(a, f);
 #endif
 }
 }  // namespace lnv
