@@ -140,7 +140,7 @@ def test_pointwise_math_in_blocks_matches_the_tail_bit_for_bit(op, fn):
     expr = op(x * 0.5 + 0.25) * x
     assert "lnv::block16(" in module_source(lambda t: op(t * 0.5 + 0.25) * t, x)
     a = torch.rand(3, 37) * 8 + 0.1
-    a[:, 32:] = a[:, :5]  # the tail (columns 32-36) repeats the first block's first elements
+    a[:, 32:] = a[:, :5]  # the tail (columns 32-36; row 2's in the merged 1-D loop) repeats block elements
     got = ln.compile(expr, backend="cpp")(a)
     assert torch.equal(got[:, 32:].view(torch.int32), got[:, :5].view(torch.int32))
     torch.testing.assert_close(got, fn(a * 0.5 + 0.25) * a, rtol=3e-7 * 4, atol=1e-38)
