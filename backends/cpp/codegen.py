@@ -372,7 +372,7 @@ class KernelWriter:
         tiled = transposed_dim(self.k)
         if tiled is not None:
             return self.pointwise_blocks(tiled)
-        calls = vector_blocks.math_calls(self.k) if pv else []
+        calls = vector_blocks.math_calls(s.value for s in self.k.elem_stores) if pv else []
         if calls:
             return self.pointwise_math_blocks(calls)
         outer, pre = "  ", None
@@ -415,7 +415,10 @@ class KernelWriter:
             grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
             self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
-        vector_blocks.write_blocks(self, outer + "  ", calls, start, pre)
+        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, pre)
+        vector_blocks.open_lanes(self, outer + "  ", inner, start, None)
+        self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
+        self.out(outer + "  ", "}")
         self.out(outer, "}")
         if sizes[-1].as_int() is None or sizes[-1].as_int() % step:  # else no element is left
             self.out(outer, "#pragma omp simd", f"for (int64_t {inner} = {tail}; {inner} < {n}; ++{inner}) {{")

@@ -269,9 +269,10 @@ template <class V> static inline V sigmoid_(V x) {
   return (x >= 0.0f ? splat<V>(1.0f) : e) / (1.0f + e);
 }
 
-// f applied in place to 16 floats at the widest vector width of the target, inline: generated
-// pointwise kernels call it on a block of their elements (vector_blocks.py), where an omp simd
-// loop would call the out-of-line vector variant.
+// f applied in place to 16 floats in vectors of W lanes (16, 8 or 4; the widest the target has
+// up to W), inline: generated kernels call it on blocks of their elements (vector_blocks.py),
+// where an omp simd loop would call the out-of-line vector variant. Every width computes the
+// same bits.
 template <class V, class F> static inline __attribute__((always_inline)) void apply16(float* a, F f) {
   for (unsigned k = 0; k < 16; k += sizeof(V) / sizeof(float)) {
     V v;
@@ -280,14 +281,14 @@ template <class V, class F> static inline __attribute__((always_inline)) void ap
     __builtin_memcpy(a + k, &v, sizeof v);
   }
 }
-template <class F> static inline __attribute__((always_inline)) void block16(float* a, F f) {
+template <int W, class F> static inline __attribute__((always_inline)) void block16(float* a, F f) {
 #if defined(__AVX512F__)
-  apply16<f16>(a, f);
-#elif defined(__AVX__)
-  apply16<f8>(a, f);
-#else
-  apply16<f4>(a, f);
+  if constexpr (W == 16) return apply16<f16>(a, f);
 #endif
+#if defined(__AVX__)
+  if constexpr (W >= 8) return apply16<f8>(a, f);
+#endif
+  apply16<f4>(a, f);
 }
 }  // namespace lnv
 

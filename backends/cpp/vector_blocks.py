@@ -4,8 +4,8 @@ In an ``omp simd`` loop g++ calls a math function's vector variant out of line
 (``_ZGVeN16v_ln_expf``): every call spills the live vector registers (all are caller-saved)
 and reloads the function's constants. Here the innermost loop runs in blocks of 16 elements:
 one ``omp simd`` lane loop computes each math call's argument into an array of 16, the
-function's template runs on the array inline (``lnv::block16``: one zmm with AVX-512, two ymm
-with AVX2), and a second lane loop does the rest of the element's work with the results. The
+function's template runs on the array inline (``lnv::block16``: one zmm, or two ymm where the
+kernel's ``vector_width`` is 256 or the target has AVX2 only), and a second lane loop does the rest of the element's work with the results. The
 elements after the last block run through the plain loop, whose scalar and vector calls compute
 the same bits as the template (vecmath.h instantiates one algorithm per build).
 
@@ -18,20 +18,19 @@ whose indices hold no indirect positions (their checks stay in the plain loop) a
 from __future__ import annotations
 
 from ...ir.expr import Apply, Expr, IndexValue, Load, walk
-from ...ir.index import Indirect, as_var
-from ...scheduler.kernel import Kernel
+from ...ir.index import Indirect
 from .ops import vecmath_impl
 
 BLOCK = 16  # elements per block: one AVX-512 vector of floats
 MAX_CALLS = 4  # math calls per element written in blocks (an array of 16 floats each)
 
 
-def math_calls(kernel: Kernel) -> list[Apply]:
-    """The vecmath calls of ``kernel``'s element stores, in first-use order, if the kernel can be
-    written in blocks; [] otherwise."""
+def math_calls(exprs) -> list[Apply]:
+    """The vecmath calls of ``exprs`` (a kernel's element values), in first-use order, if they can
+    be computed in blocks; [] otherwise."""
     calls: list[Apply] = []
-    for store in kernel.elem_stores:
-        for node in walk(store.value):
+    for root in exprs:
+        for node in walk(root):
             if isinstance(node, (Load, IndexValue)) and _indirect(node):
                 return []
             if isinstance(node, Apply) and vecmath_impl(node.op, node.dtype) is not None and node not in calls:
@@ -50,27 +49,33 @@ def _calls_math(e: Expr) -> bool:
     return any(isinstance(n, Apply) and vecmath_impl(n.op, n.dtype) is not None for n in walk(e))
 
 
-def write_blocks(w, indent: str, calls: list[Apply], start: str, pre) -> None:
-    """One block of ``BLOCK`` elements starting at ``start`` of the innermost loop, at ``indent``
-    (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant values, or None)."""
-    inner = as_var(w.k.pvars()[-1]).name
+def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, count: int = BLOCK):
+    """Compute ``calls`` for the ``count`` elements of the innermost loop (variable ``var``) from
+    ``start``, at ``indent`` (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant
+    values, or None): a lane loop writing their arguments, then the math inline. Returns an
+    emitter holding the results (``lnv_a<k>[var - start]``) for the lane loop the caller writes
+    next."""
     arrays = [f"lnv_a{n}" for n in range(len(calls))]
-    w.out(indent, f"float {', '.join(f'{a}[{BLOCK}]' for a in arrays)};")
-    args = _lanes(w, indent, inner, start, pre)
+    lanes = w.cfg.vector_width // 32  # the kernel's vector width decides, as in its loops
+    w.out(indent, f"float {', '.join(f'{a}[{count}]' for a in arrays)};")
+    args = open_lanes(w, indent, var, start, pre, count)
     for a, call in zip(arrays, calls):
         w.out(indent + "  ", f"{a}[j_] = {args.emit(call.args[0])};")
     w.out(indent, "}")
     for a, call in zip(arrays, calls):
-        w.out(indent, f"lnv::block16({a}, [](auto v) {{ return lnv::{vecmath_impl(call.op, call.dtype)}(v); }});")
-    results = _lanes(w, indent, inner, start, pre)
-    results.cache.update({call: f"{a}[j_]" for a, call in zip(arrays, calls)})
-    w.body(indent + "  ", {}, [], w.k.elem_stores, "", pre=results)
-    w.out(indent, "}")
+        impl = vecmath_impl(call.op, call.dtype)
+        for k in range(0, count, BLOCK):
+            w.out(indent, f"lnv::block16<{lanes}>({a} + {k}, [](auto v) {{ return lnv::{impl}(v); }});")
+    results = w.emitter(indent + "  ", {})
+    if pre is not None:
+        results.inherit(pre)
+    results.cache.update({call: f"{a}[{var} - {start}]" for a, call in zip(arrays, calls)})
+    return results
 
 
-def _lanes(w, indent: str, inner: str, start: str, pre):
-    """Open a lane loop over the block; returns an emitter inside it."""
-    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {BLOCK}; ++j_) {{")
-    w.out(indent + "  ", f"const int64_t {inner} = {start} + j_;")
+def open_lanes(w, indent: str, var: str, start: str, pre, count: int = BLOCK):
+    """Open a lane loop over ``count`` elements from ``start``; returns an emitter inside it."""
+    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {count}; ++j_) {{")
+    w.out(indent + "  ", f"const int64_t {var} = {start} + j_;")
     em = w.emitter(indent + "  ", {})
     return em.inherit(pre) if pre is not None else em
