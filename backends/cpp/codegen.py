@@ -375,11 +375,7 @@ class KernelWriter:
         calls = vector_blocks.math_calls(s.value for s in self.k.elem_stores) if pv else []
         if calls:
             return self.pointwise_math_blocks(calls)
-        outer, pre = "  ", None
-        if len(pv) > 1:
-            self.parallel_for(len(pv) - 1)
-            outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
-            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        outer, pre = self.outer_loops()
         pragma_at = len(self.lines)
         if len(pv) == 1:
             # GCC 12 does not vectorize a `parallel for simd` whose clause is a literal if(0)
@@ -397,26 +393,34 @@ class KernelWriter:
             self.finish_deferred(deferred, pragma_at, outer)
         self.close_loops(len(pv) - 1, outer)
 
+    def outer_loops(self) -> tuple[str, CppEmitter | None]:
+        """Open a pointwise kernel's loops over all but its innermost dim (parallel), with the
+        indirect positions that do not change along the innermost computed before it; returns
+        the indent inside them and that emitter (None for a kernel of one dim or none)."""
+        pv = self.k.pvars()
+        if len(pv) <= 1:
+            return "  ", None
+        self.parallel_for(len(pv) - 1)
+        outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
+        return outer, self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+
     def pointwise_math_blocks(self, calls) -> None:
         """The innermost loop in blocks whose math runs inline (``vector_blocks.py``), then the
         elements after the last block through the plain loop."""
         pv, sizes = self.k.pvars(), self.k.pdomain
         inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.BLOCK
-        start, pre = f"{inner}_b", None
+        start = f"{inner}_b"
+        outer, pre = self.outer_loops()
         if len(pv) > 1:
-            self.parallel_for(len(pv) - 1)
-            outer = self.open_loops(pv[:-1], sizes[:-1], "  ")
-            pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
             self.out(outer, f"int64_t {start} = 0;", f"for (; {start} + {step} <= {n}; {start} += {step}) {{")
             tail = start
         else:
-            outer = "  "
             tail = f"({n}) / {step} * {step}"
             grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
             self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
         results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, pre)
-        vector_blocks.open_lanes(self, outer + "  ", inner, start, None)
+        vector_blocks.open_lanes(self, outer + "  ", inner, start)
         self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
         self.out(outer + "  ", "}")
         self.out(outer, "}")

@@ -5,9 +5,10 @@ In an ``omp simd`` loop g++ calls a math function's vector variant out of line
 and reloads the function's constants. Here the innermost loop runs in blocks of 16 elements:
 one ``omp simd`` lane loop computes each math call's argument into an array of 16, the
 function's template runs on the array inline (``lnv::block16``: one zmm, or two ymm where the
-kernel's ``vector_width`` is 256 or the target has AVX2 only), and a second lane loop does the rest of the element's work with the results. The
-elements after the last block run through the plain loop, whose scalar and vector calls compute
-the same bits as the template (vecmath.h instantiates one algorithm per build).
+kernel's ``vector_width`` is 256 or the target has AVX2 only), and a second lane loop does the
+rest of the element's work with the results. The elements after the last block run through the
+plain loop, whose scalar and vector calls compute the same bits as the template (vecmath.h
+instantiates one algorithm per build).
 
 Measured on the 2-core AVX-512 Xeon (2026-12-05, L2-resident loop, one thread): exp 0.294 ->
 0.216 ns per element, erf GELU 0.462 -> 0.413, bit-identical results.
@@ -28,16 +29,16 @@ MAX_CALLS = 4  # math calls per element written in blocks (an array of 16 floats
 def math_calls(exprs) -> list[Apply]:
     """The vecmath calls of ``exprs`` (a kernel's element values), in first-use order, if they can
     be computed in blocks; [] otherwise."""
-    calls: list[Apply] = []
+    calls: dict[Apply, None] = {}  # ordered, without repeats
     for root in exprs:
         for node in walk(root):
             if isinstance(node, (Load, IndexValue)) and _indirect(node):
                 return []
-            if isinstance(node, Apply) and vecmath_impl(node.op, node.dtype) is not None and node not in calls:
-                calls.append(node)
+            if isinstance(node, Apply) and vecmath_impl(node.op, node.dtype) is not None:
+                calls[node] = None
     if len(calls) > MAX_CALLS or any(_calls_math(c.args[0]) for c in calls):
         return []
-    return calls
+    return list(calls)
 
 
 def _indirect(node: Load | IndexValue) -> bool:
@@ -49,33 +50,35 @@ def _calls_math(e: Expr) -> bool:
     return any(isinstance(n, Apply) and vecmath_impl(n.op, n.dtype) is not None for n in walk(e))
 
 
-def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, count: int = BLOCK):
-    """Compute ``calls`` for the ``count`` elements of the innermost loop (variable ``var``) from
+def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre):
+    """Compute ``calls`` for the ``BLOCK`` elements of the innermost loop (variable ``var``) from
     ``start``, at ``indent`` (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant
     values, or None): a lane loop writing their arguments, then the math inline. Returns an
-    emitter holding the results (``lnv_a<k>[var - start]``) for the lane loop the caller writes
-    next."""
+    emitter holding the results (``lnv_a<k>[j_]``) for the lane loop the caller opens next
+    (``open_lanes``)."""
     arrays = [f"lnv_a{n}" for n in range(len(calls))]
     lanes = w.cfg.vector_width // 32  # the kernel's vector width decides, as in its loops
-    w.out(indent, f"float {', '.join(f'{a}[{count}]' for a in arrays)};")
-    args = open_lanes(w, indent, var, start, pre, count)
+    w.out(indent, f"float {', '.join(f'{a}[{BLOCK}]' for a in arrays)};")
+    open_lanes(w, indent, var, start)
+    args = _emitter(w, indent + "  ", pre)
     for a, call in zip(arrays, calls):
         w.out(indent + "  ", f"{a}[j_] = {args.emit(call.args[0])};")
     w.out(indent, "}")
     for a, call in zip(arrays, calls):
         impl = vecmath_impl(call.op, call.dtype)
-        for k in range(0, count, BLOCK):
-            w.out(indent, f"lnv::block16<{lanes}>({a} + {k}, [](auto v) {{ return lnv::{impl}(v); }});")
-    results = w.emitter(indent + "  ", {})
-    if pre is not None:
-        results.inherit(pre)
-    results.cache.update({call: f"{a}[{var} - {start}]" for a, call in zip(arrays, calls)})
+        w.out(indent, f"lnv::block16<{lanes}>({a}, [](auto v) {{ return lnv::{impl}(v); }});")
+    results = _emitter(w, indent + "  ", pre)
+    results.cache.update({call: f"{a}[j_]" for a, call in zip(arrays, calls)})
     return results
 
 
-def open_lanes(w, indent: str, var: str, start: str, pre, count: int = BLOCK):
-    """Open a lane loop over ``count`` elements from ``start``; returns an emitter inside it."""
-    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {count}; ++j_) {{")
+def open_lanes(w, indent: str, var: str, start: str) -> None:
+    """Open a lane loop over the ``BLOCK`` elements from ``start`` (``var`` is each one's index)."""
+    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {BLOCK}; ++j_) {{")
     w.out(indent + "  ", f"const int64_t {var} = {start} + j_;")
-    em = w.emitter(indent + "  ", {})
+
+
+def _emitter(w, indent: str, pre):
+    """An emitter at ``indent`` that reuses what ``pre`` (if any) computed."""
+    em = w.emitter(indent, {})
     return em.inherit(pre) if pre is not None else em
