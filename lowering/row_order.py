@@ -33,8 +33,8 @@ class RowOrder:
 
     def lhs(self, source: Tensor) -> Tensor:
         """The left operand: ``source`` viewed as [rows, K], with no copy."""
-        *rows, k = source.shape
-        return dslf.reshape_view(source, (Index.of(math.prod(int(r.as_int()) for r in rows)), k))
+        rows = math.prod(self.source.meta["val"].shape[:-1])
+        return dslf.reshape_view(source, (Index.of(rows), source.shape[-1]))
 
     def result(self, product: Tensor) -> Tensor:
         """The product in the graph's row order, as a view of ``product`` (rows in source order)."""
