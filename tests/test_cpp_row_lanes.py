@@ -9,7 +9,7 @@ from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.backends.registry import get
 from loopnest.core.hardware import this_cpu
-from test_backends import kernels_of
+from test_backends import kernels_of, softmax
 from test_cpp_split_rows import run
 
 REDUCTIONS = {  # name: (DSL, eager)
@@ -63,3 +63,19 @@ def test_row_vectors_is_a_knob_of_row_reductions_only():
     assert next(k for k in rows.knobs if k.name == "row_vectors").choices == (0, 1, 4, 8)
     columns = space(row_kernel((64, 96), lambda x: ln.sum(x, 0)), this_cpu())
     assert "row_vectors" not in {k.name for k in columns.knobs}
+
+
+@pytest.mark.parametrize("row_vectors, vector_width", [(1, 512), (4, 512), (2, 256)])
+def test_row_math_in_blocks_matches_the_rest_of_the_row_bit_for_bit(row_vectors, vector_width):
+    """A row's math runs inline on each step's lane arrays (``vector_blocks.write_blocks``) and
+    through the called variant in the rest of the row: the same bits for the same input."""
+    lanes = row_vectors * vector_width // 32
+    cols = 2 * lanes + 7  # two steps of lanes, then 7 elements in the rest of the row
+    kernel = row_kernel((5, cols), lambda x: softmax(x, 1))
+    a = torch.randn(5, lanes, generator=torch.Generator().manual_seed(lanes)) * 4
+    a = torch.cat([a, a, a[:, :7]], 1)  # the rest of the row repeats the first 7 elements
+    source = generate(kernel, CppConfig(row_vectors=row_vectors, vector_width=vector_width))
+    assert "lnv::blocks<" in source and "ln_expf(" in source
+    (got,) = run(kernel, CppConfig(threads=2, row_vectors=row_vectors, vector_width=vector_width), a)
+    assert torch.equal(got[:, -7:], got[:, :7]) and torch.equal(got[:, lanes:2 * lanes], got[:, :lanes])
+    torch.testing.assert_close(got, torch.softmax(a, 1))

@@ -573,14 +573,15 @@ class KernelWriter:
         if step is not None:
             self.out(indent, *sums.declare())
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
+        calls = vector_blocks.math_calls(self.phase_exprs(mine, stores)) if len(rv) == 1 else []
         lanes = (len(rv) == 1 and pragma is not None and bool(self.own(mine))
-                 and row_lanes.vectors(self.k, self.cfg) > 1)
+                 and (row_lanes.vectors(self.k, self.cfg) > 1 or bool(calls)))
         block = indent
         if lanes:  # several vectors of partial states, then the rest of the row as before
             self.out(block, "{")
             indent = block + "  "
             lo = row_lanes.write_lanes(self, indent, accs, mine, stores, pre, r0, lo, hi,
-                                       row_lanes.lane_count(self.k, self.cfg))
+                                       row_lanes.lane_count(self.k, self.cfg), calls)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)

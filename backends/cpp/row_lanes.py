@@ -23,10 +23,18 @@ vectors hide more of it: at cache sizes (12-04, same host) layernorm 187 -> 181 
 sizes, from memory, -6% to +6% across rows. So eight is a tuner choice, not the default. Lanes
 kept in registers (the loop bound hidden from g++) gained on some rows and lost on others (-6%
 to +7%), so they stay arrays.
+
+A phase whose elements call vecmath.h (softmax's sum of exps, cross-entropy's logsumexp) takes
+the lane arrays even at one vector: each step computes its math inline on an array of the step's
+arguments (``vector_blocks.py``) instead of calling the vector variant out of line. Measured on
+the 2-core AVX-512 Xeon (2026-12-05, one thread, time after / before): logsumexp_ce 0.86,
+ce_vocab_bf16 0.84, wide_softmax 0.88 at CPU sizes; 0.93, 0.88, 0.86 at cache sizes; softmax
+1.00 and 0.97-1.01; few_rows_logsoftmax 1.04-1.06 (its sum keeps four vectors and stores nothing).
 """
 from __future__ import annotations
 
 from ...scheduler.kernel import Kernel
+from . import vector_blocks
 from .accumulators import Accumulator
 from .params import CppConfig
 from .streaming import last_level_cache_bytes
@@ -53,17 +61,20 @@ def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:
 
 
 def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: str, lo: str, hi: str,
-                count: int) -> str:
+                count: int, calls: list) -> str:
     """Write the loop over ``[lo, hi)`` in full steps of ``count`` elements, each reduction in
     ``count`` partial states, onto ``w`` (a KernelWriter), and fold those into the scalar states;
     returns where the rest of the row starts (a variable declared at ``indent``, in the block the
-    caller has opened)."""
+    caller has opened). The math ``calls`` (``vector_blocks.math_calls``) of each step run
+    inline on arrays of ``count`` arguments."""
     own = w.own(mine)
     states = lane_accumulators(own)
     start = f"{r0}l_"
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
+    if calls:
+        pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, pre, accs, count, lane="j")
     pragma_at, deferred = len(w.lines), []
     w.out(indent + "  ", "#pragma omp simd", f"for (int64_t j = 0; j < {count}; ++j) {{",
           f"  const int64_t {r0} = {start} + j;")

@@ -269,26 +269,27 @@ template <class V> static inline V sigmoid_(V x) {
   return (x >= 0.0f ? splat<V>(1.0f) : e) / (1.0f + e);
 }
 
-// f applied in place to 16 floats in vectors of W lanes (16, 8 or 4; the widest the target has
-// up to W), inline: generated kernels call it on blocks of their elements (vector_blocks.py),
-// where an omp simd loop would call the out-of-line vector variant. Every width computes the
-// same bits.
-template <class V, class F> static inline __attribute__((always_inline)) void apply16(float* a, F f) {
-  for (unsigned k = 0; k < 16; k += sizeof(V) / sizeof(float)) {
+// f applied in place to N floats in vectors of W lanes (16, 8 or 4; the widest the target has
+// up to W that divides N), inline: generated kernels call it on blocks of their elements
+// (vector_blocks.py), where an omp simd loop would call the out-of-line vector variant. Every
+// width computes the same bits.
+template <class V, int N, class F> static inline __attribute__((always_inline)) void apply(float* a, F f) {
+  for (unsigned k = 0; k < N; k += sizeof(V) / sizeof(float)) {
     V v;
     __builtin_memcpy(&v, a + k, sizeof v);
     v = f(v);
     __builtin_memcpy(a + k, &v, sizeof v);
   }
 }
-template <int W, class F> static inline __attribute__((always_inline)) void block16(float* a, F f) {
+template <int W, int N, class F> static inline __attribute__((always_inline)) void blocks(float* a, F f) {
+  static_assert(N % 4 == 0, "a block holds whole vectors of 4 floats");
 #if defined(__AVX512F__)
-  if constexpr (W == 16) return apply16<f16>(a, f);
+  if constexpr (W == 16 && N % 16 == 0) return apply<f16, N>(a, f);
 #endif
 #if defined(__AVX__)
-  if constexpr (W >= 8) return apply16<f8>(a, f);
+  if constexpr (W >= 8 && N % 8 == 0) return apply<f8, N>(a, f);
 #endif
-  apply16<f4>(a, f);
+  apply<f4, N>(a, f);
 }
 }  // namespace lnv
 

@@ -1,10 +1,10 @@
-"""C++ for pointwise kernels whose elements call vecmath.h: the math inline, 16 lanes at a time.
+"""C++ for loops whose elements call vecmath.h: the math inline, a block of lanes at a time.
 
 In an ``omp simd`` loop g++ calls a math function's vector variant out of line
 (``_ZGVeN16v_ln_expf``): every call spills the live vector registers (all are caller-saved)
 and reloads the function's constants. Here the innermost loop runs in blocks of 16 elements:
 one ``omp simd`` lane loop computes each math call's argument into an array of 16, the
-function's template runs on the array inline (``lnv::block16``: one zmm, or two ymm where the
+function's template runs on the array inline (``lnv::blocks``: one zmm, or two ymm where the
 kernel's ``vector_width`` is 256 or the target has AVX2 only), and a second lane loop does the
 rest of the element's work with the results. The elements after the last block run through the
 plain loop, whose scalar and vector calls compute the same bits as the template (vecmath.h
@@ -12,6 +12,9 @@ instantiates one algorithm per build).
 
 Measured on the 2-core AVX-512 Xeon (2026-12-05, L2-resident loop, one thread): exp 0.294 ->
 0.216 ns per element, erf GELU 0.462 -> 0.413, bit-identical results.
+
+Row reductions do the same on each step of their lane arrays (``row_lanes.write_lanes``): the
+block is the step, 16 to 128 elements.
 
 Only kernels whose math calls do not nest (exp of an erf would need a second block pass) and
 whose indices hold no indirect positions (their checks stay in the plain loop) are written so.
@@ -50,35 +53,37 @@ def _calls_math(e: Expr) -> bool:
     return any(isinstance(n, Apply) and vecmath_impl(n.op, n.dtype) is not None for n in walk(e))
 
 
-def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre):
-    """Compute ``calls`` for the ``BLOCK`` elements of the innermost loop (variable ``var``) from
+def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, accs=None,
+                 count: int = BLOCK, lane: str = "j_"):
+    """Compute ``calls`` for the ``count`` elements of the innermost loop (variable ``var``) from
     ``start``, at ``indent`` (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant
-    values, or None): a lane loop writing their arguments, then the math inline. Returns an
-    emitter holding the results (``lnv_a<k>[j_]``) for the lane loop the caller opens next
-    (``open_lanes``)."""
+    values, or None; ``accs``: the accumulators the arguments may read): a lane loop writing
+    their arguments, then the math inline. Returns an emitter holding the results
+    (``lnv_a<k>[<lane>]``) for the lane loop over the same elements, with index ``lane``, that
+    the caller opens next."""
     arrays = [f"lnv_a{n}" for n in range(len(calls))]
-    lanes = w.cfg.vector_width // 32  # the kernel's vector width decides, as in its loops
-    w.out(indent, f"float {', '.join(f'{a}[{BLOCK}]' for a in arrays)};")
-    open_lanes(w, indent, var, start)
-    args = _emitter(w, indent + "  ", pre)
+    width = w.cfg.vector_width // 32  # the kernel's vector width decides, as in its loops
+    w.out(indent, f"float {', '.join(f'{a}[{count}]' for a in arrays)};")
+    open_lanes(w, indent, var, start, count)
+    args = _emitter(w, indent + "  ", pre, accs)
     for a, call in zip(arrays, calls):
         w.out(indent + "  ", f"{a}[j_] = {args.emit(call.args[0])};")
     w.out(indent, "}")
     for a, call in zip(arrays, calls):
         impl = vecmath_impl(call.op, call.dtype)
-        w.out(indent, f"lnv::block16<{lanes}>({a}, [](auto v) {{ return lnv::{impl}(v); }});")
-    results = _emitter(w, indent + "  ", pre)
-    results.cache.update({call: f"{a}[j_]" for a, call in zip(arrays, calls)})
+        w.out(indent, f"lnv::blocks<{width}, {count}>({a}, [](auto v) {{ return lnv::{impl}(v); }});")
+    results = _emitter(w, indent + "  ", pre, accs)
+    results.cache.update({call: f"{a}[{lane}]" for a, call in zip(arrays, calls)})
     return results
 
 
-def open_lanes(w, indent: str, var: str, start: str) -> None:
-    """Open a lane loop over the ``BLOCK`` elements from ``start`` (``var`` is each one's index)."""
-    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {BLOCK}; ++j_) {{")
+def open_lanes(w, indent: str, var: str, start: str, count: int = BLOCK) -> None:
+    """Open a lane loop over the ``count`` elements from ``start`` (``var`` is each one's index)."""
+    w.out(indent, "#pragma omp simd", f"for (int64_t j_ = 0; j_ < {count}; ++j_) {{")
     w.out(indent + "  ", f"const int64_t {var} = {start} + j_;")
 
 
-def _emitter(w, indent: str, pre):
+def _emitter(w, indent: str, pre, accs):
     """An emitter at ``indent`` that reuses what ``pre`` (if any) computed."""
-    em = w.emitter(indent, {})
+    em = w.emitter(indent, accs or {})
     return em.inherit(pre) if pre is not None else em
