@@ -273,11 +273,21 @@ template <class V> static inline V sigmoid_(V x) {
 // up to W that divides N), inline: generated kernels call it on blocks of their elements
 // (vector_blocks.py), where an omp simd loop would call the out-of-line vector variant. Every
 // width computes the same bits.
+template <class V> static inline __attribute__((always_inline)) V load_block(const float* a) {
+#if defined(__AVX512F__)
+  // g++ may have written the lanes as two ymm stores (a loop over 16-bit or 64-bit values);
+  // one zmm load of them waits for both to retire, so read the halves as they may lie
+  if constexpr (sizeof(V) == 64)
+    return (V)_mm512_insertf64x4(_mm512_castpd256_pd512((__m256d)_mm256_loadu_ps(a)),
+                                 (__m256d)_mm256_loadu_ps(a + 8), 1);
+#endif
+  V v;
+  __builtin_memcpy(&v, a, sizeof v);
+  return v;
+}
 template <class V, int N, class F> static inline __attribute__((always_inline)) void apply(float* a, F f) {
   for (unsigned k = 0; k < N; k += sizeof(V) / sizeof(float)) {
-    V v;
-    __builtin_memcpy(&v, a + k, sizeof v);
-    v = f(v);
+    V v = f(load_block<V>(a + k));
     __builtin_memcpy(a + k, &v, sizeof v);
   }
 }
