@@ -22,7 +22,7 @@ mean over the row losses):
 switches given in ``GENERATED`` (each with its kernels' registers and spills from Triton, and its
 source written to ``--dump``), to find what separates them from the hand-written ones.
 
-Run on the device: python bench/row_variants.py [--copy-gbs 4281] [--generated [--dump DIR]] [ROW ...]
+Run on the device: python bench/row_variants.py [--copy-gbs 4281] [--generated [--dump DIR]] [--no-peers] [ROW ...]
 Check the kernels on a CPU: TRITON_INTERPRET=1 python bench/row_variants.py --small (the split
 variants wait for each other's programs, which the interpreter runs one by one: GPU only)
 """
@@ -238,6 +238,11 @@ TWO_BARRIERS = {"one_pass_statistics": lambda kernel, config: _ONE_PASS(kernel, 
                 and config.strategy is not Strategy.SPLIT_SYNC}  # each statistic at its own barrier
 
 
+# split_sync as generated before 2026-12-05 19:00 UTC: partials read as [1, SBLOCK] tiles, rows addressed by
+# one int32 offset (wide_softmax: 96 registers, two programs per multiprocessor; now 80 and three)
+TILED_PARTIALS = {"ROW_POINTERS": False, "VECTOR_PARTIALS": False}
+
+
 def _sync(split: int, warps: int, rblock: int = 16384) -> dict:
     """A split_sync config: one row per program group, ``split`` slices of ``rblock`` elements."""
     return dict(XBLOCK=1, RBLOCK=rblock, num_warps=warps, strategy="split_sync", SPLIT=split)
@@ -254,12 +259,14 @@ def _fma_exp(x: str, dtype=None) -> str:
 GENERATED = {
     "wide_softmax": [
         ("default", None, {}),
+        ("tiled partials, one offset (before)", None, TILED_PARTIALS),
         ("fused w16", _sync(8, 16), {}),
         ("two barriers w8", _sync(8, 8), TWO_BARRIERS),
         ("two barriers w16", _sync(8, 16), TWO_BARRIERS),
     ],
     "few_rows_logsoftmax": [
         ("default", None, {}),
+        ("tiled partials, one offset (before)", None, TILED_PARTIALS),
         ("fused SPLIT16 w16", _sync(16, 16), {}),
         ("fused SPLIT16 w8", _sync(16, 8), {}),
         ("two barriers SPLIT32 w8", _sync(32, 8, 8192), TWO_BARRIERS),
@@ -335,6 +342,8 @@ def main() -> None:
     p.add_argument("--small", action="store_true", help="small shapes (with TRITON_INTERPRET=1 on a CPU)")
     p.add_argument("--generated", action="store_true", help="loopnest's kernels under GENERATED's variants")
     p.add_argument("--dump", help="a folder for the generated sources (with --generated)")
+    p.add_argument("--no-peers", action="store_true", help="the hand-written variants alone (no eager, Inductor "
+                   "or loopnest defaults: no compile time)")
     a = p.parse_args()
     table = rows(a.small)
     for name in a.rows or list(table):
@@ -343,10 +352,11 @@ def main() -> None:
             generated(name, fn, args, nbytes, a.copy_gbs, a.dump)
             continue
         want = fn(*(t.double() if t.is_floating_point() else t for t in args))
-        peers = [("eager", fn)]
-        if not INTERPRET:
+        peers = [] if a.no_peers else [("eager", fn)]
+        if not INTERPRET and not a.no_peers:
             peers += [("inductor max-autotune", torch.compile(fn, mode="max-autotune-no-cudagraphs"))]
-        peers += [("loopnest defaults", torch.compile(fn, backend="loopnest", options={"tune": "off"}))]
+        if not a.no_peers:
+            peers += [("loopnest defaults", torch.compile(fn, backend="loopnest", options={"tune": "off"}))]
         print(f"\n## {name} ({nbytes / 1e6:.0f} MB minimum)\n"
               "| variant | ms | frac of copy | max error |\n|---|---|---|---|")
         for label, call in peers + variants:

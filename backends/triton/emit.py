@@ -45,6 +45,7 @@ class KernelContext:
     index_checks: bool = True        # LOOPNEST_INDEX_CHECKS: check gather/index positions
     interpret: bool = False          # Triton's interpreter, which skips tl.device_assert
     fast_tanh: bool = False          # hardware tanh.approx: its 2^-11 error is below bf16's
+    row_pointers: bool = False       # address rows as ``ptr + row offset + element offset``
     subs: dict[Var, Index] = field(default_factory=dict)        # kernel var -> flat-index expr
     axis_of: dict[str, str] = field(default_factory=dict)       # kernel var name -> axis name
     acc_values: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -148,19 +149,41 @@ class TritonEmitter(ExprEmitter):
             return self.indirect_name(a)
         return a.name  # a flat tile index (xindex, yindex, rindex)
 
-    def flat(self, index: Index, rows: str | None = None) -> str:
-        """Text of a kernel-level index expression over the tile's flat indices (``rows``: a
-        flat row index named in place of ``xindex``)."""
+    def _flat(self, index: Index, rows: str | None = None) -> Index:
         flat = fold_divmod(index.subs(self.ctx.subs))
         if rows is not None:
             x = self.ctx.axes["x"].flat
             flat = flat.subs({x: Index.of(Var(rows, x.size))})
-        return self.index(flat)
+        return flat
+
+    def flat(self, index: Index, rows: str | None = None) -> str:
+        """Text of a kernel-level index expression over the tile's flat indices (``rows``: a
+        flat row index named in place of ``xindex``)."""
+        return self.index(self._flat(index, rows))
 
     def offset(self, buffer: str, index: tuple[Index, ...], rows: str | None = None) -> str:
         """Element offset of ``buffer[index]`` from the buffer's (view's) data pointer."""
         layout = self.ctx.kernel.buffers[buffer].layout
         return self.flat(layout.flat_index(index) - layout.offset, rows)
+
+    def address(self, buffer: str, index: tuple[Index, ...], rows: str | None = None) -> str:
+        """Pointer text of ``buffer[index]``: ``ptr + (offset)``, or with ``ctx.row_pointers``
+        ``ptr + (row offset) + (element offset)``, where the row offset is the terms over the row
+        index alone: Triton adds it to the pointer once per row, and the elements' offsets stay
+        small. As one int32 sum, each element's offset from ``ptr`` is sign-extended and ptxas
+        keeps more 64-bit addresses live (split_sync softmax over 131072 columns: 96 registers,
+        two programs per multiprocessor; so split, 80 and three; ``bench/sass_loops.py``). Only
+        where every term is positive: each part then fits wherever the whole offset does."""
+        layout = self.ctx.kernel.buffers[buffer].layout
+        flat = self._flat(layout.flat_index(index) - layout.offset, rows)
+        ptr = self.ctx.ptr(buffer)
+        if self.ctx.row_pointers and "x" in self.ctx.axes and flat.const >= 0 and all(c > 0 for _, c in flat.terms):
+            row_var = rows or self.ctx.axes["x"].index
+            row = [(m, c) for m, c in flat.terms if all(isinstance(a, Var) and a.name == row_var for a in m)]
+            rest = [(m, c) for m, c in flat.terms if (m, c) not in row]
+            if row and rest:
+                return f"{ptr} + ({self.index(Index(row))}) + ({self.index(Index(rest, flat.const))})"
+        return f"{ptr} + ({self.index(flat)})"
 
     def indirect_name(self, a: Indirect) -> str:
         """The value of a gather index: wrapped from the end where the op allows it, checked
@@ -226,20 +249,20 @@ class TritonEmitter(ExprEmitter):
 
     def load(self, e: Load) -> str:
         deps = self.ctx.index_deps(e.index)
-        text = self._load_text(e, self.offset(e.buffer, e.index), self.ctx.mask(deps), bool(deps & self.loop_axes))
+        text = self._load_text(self.address(e.buffer, e.index), self.ctx.mask(deps), bool(deps & self.loop_axes))
         return text + ".to(tl.float32)" if e.dtype.is_low_precision else text
 
     def load_at_rows(self, e: Load, rows: str) -> str:
         """The text of ``e`` loaded at the flat row index ``rows`` in place of ``xindex``, in its
         stored dtype; rows past ``xnumel`` read 0."""
         masks = [f"({rows} < xnumel)", self.ctx.mask(self.ctx.index_deps(e.index) - {"x"})]
-        return self._load_text(e, self.offset(e.buffer, e.index, rows), " & ".join(m for m in masks if m), True)
+        return self._load_text(self.address(e.buffer, e.index, rows), " & ".join(m for m in masks if m), True)
 
-    def _load_text(self, e: Load, offset: str, mask: str | None, streams: bool) -> str:
-        """``tl.load`` of ``e`` at ``offset``; a load that streams through a loop leaves L2 first
+    def _load_text(self, address: str, mask: str | None, streams: bool) -> str:
+        """``tl.load`` at ``address``; a load that streams through a loop leaves L2 first
         where ``heuristics.evict_first`` says so."""
         evict = ', eviction_policy="evict_first"' if streams and self.ctx.evict_first else ""
-        return f"tl.load({self.ctx.ptr(e.buffer)} + ({offset}){mask_arg(mask, other=True)}{evict})"
+        return f"tl.load({address}{mask_arg(mask, other=True)}{evict})"
 
     def index_value(self, e: IndexValue) -> str:
         text = self.flat(e.index)
@@ -268,10 +291,11 @@ class TritonEmitter(ExprEmitter):
             v = storage_value(v, value.dtype, dst)
         else:
             v = render_cast(v, value.dtype, dst)
-        off = self.offset(buffer, index)
         if self.ctx.index_deps(index) != axes:
-            off = f"({off}) + tl.full({shape}, 0, tl.int32)"
-        self.line(f"tl.store({self.ctx.ptr(buffer)} + ({off}), {v}{mask_arg(self.ctx.mask(axes))})")
+            address = f"{self.ctx.ptr(buffer)} + (({self.offset(buffer, index)}) + tl.full({shape}, 0, tl.int32))"
+        else:
+            address = self.address(buffer, index)
+        self.line(f"tl.store({address}, {v}{mask_arg(self.ctx.mask(axes))})")
 
 
 def mask_arg(mask: str | None, other: bool = False) -> str:

@@ -250,10 +250,17 @@ class TritonAccumulator:
         return (f"({v} {cmp} {a}) | (({v} != {v}) & ({a} == {a})) | "
                 f"((({v} == {a}) | (({v} != {v}) & ({a} != {a}))) & ({vi} < {ai}))")
 
-    def reduce(self, src: dict[str, str], dst: dict[str, str], axis: str = "1") -> list[str]:
+    def reduce(self, src: dict[str, str], dst: dict[str, str], axis: str = "1", vector: bool = False) -> list[str]:
         """Statements reducing lane state ``src`` along ``axis`` (1: a row's elements; 0, for
-        reductions without a joint state only: the rows) into row state ``dst``."""
+        reductions without a joint state only: the rows) into row state ``dst``; ``vector``
+        (softmax statistics only): ``src`` is one row's states as a vector, ``dst`` 0-d."""
         joint = self.spec.joint
+        if vector:
+            assert joint is Combine.EXP_SUM, "only softmax statistics are reduced from a vector"
+            top = dst["_max"]
+            scaled = f"{src['_sum']} * {self._alpha(src['_max'], top)}"
+            return [f"{top} = {reduce_rows('max', src['_max'], '0', keep_dims=False)}",
+                    f"{dst['_sum']} = {reduce_rows('sum', scaled, '0', keep_dims=False)}"]
         if axis != "1":
             assert joint is None, f"{self.r.op.value} has a joint state: it reduces along rows only"
             return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix], axis)}"
