@@ -79,3 +79,20 @@ def test_row_math_in_blocks_matches_the_rest_of_the_row_bit_for_bit(row_vectors,
     (got,) = run(kernel, CppConfig(threads=2, row_vectors=row_vectors, vector_width=vector_width), a)
     assert torch.equal(got[:, -7:], got[:, :7]) and torch.equal(got[:, lanes:2 * lanes], got[:, :lanes])
     torch.testing.assert_close(got, torch.softmax(a, 1))
+
+
+@pytest.mark.parametrize("kind", sorted(REDUCTIONS))
+def test_short_rows_take_lanes_at_one_vector_and_fold_them_in_halves(kind, monkeypatch):
+    """Rows up to ``SHORT_ROW`` elements run in lane arrays even where the kernel keeps one
+    vector (``omp simd reduction`` would merge its 16 copies one by one); longer rows keep the
+    plain loop. Element j of the rest of a row updates lane j; the lanes fold in halving steps."""
+    monkeypatch.setattr(row_lanes, "last_level_cache_bytes", lambda: 1 << 10)  # one vector
+    build, eager = REDUCTIONS[kind]
+    short, long = row_kernel((37, 200), build), row_kernel((37, row_lanes.SHORT_ROW + 1), build)
+    source = generate(short, CppConfig())
+    assert "_l[16]" in source and "reduction(" not in source and "_l[j + 8]" in source
+    assert "_l[" not in generate(long, CppConfig())
+    a = torch.randn(37, 200, generator=torch.Generator().manual_seed(7)) * 3
+    a[3, 100], a[5, -1], a[6, 0] = float("nan"), float("inf"), float("-inf")
+    (got,) = run(short, CppConfig(threads=2), a)
+    torch.testing.assert_close(got, eager(a), rtol=1e-5, atol=1e-4, equal_nan=True)

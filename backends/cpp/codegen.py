@@ -575,13 +575,26 @@ class KernelWriter:
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
         calls = vector_blocks.math_calls(self.phase_exprs(mine, stores)) if len(rv) == 1 else []
         lanes = (len(rv) == 1 and pragma is not None and bool(self.own(mine))
-                 and (row_lanes.vectors(self.k, self.cfg) > 1 or bool(calls)))
-        block = indent
-        if lanes:  # several vectors of partial states, then the rest of the row as before
-            self.out(block, "{")
-            indent = block + "  "
-            lo = row_lanes.write_lanes(self, indent, accs, mine, stores, pre, r0, lo, hi,
-                                       row_lanes.lane_count(self.k, self.cfg), calls)
+                 and row_lanes.takes_lanes(self.k, self.cfg, calls))
+        if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
+            self.out(indent, "{")
+            row_lanes.write_lanes(self, indent + "  ", accs, mine, stores, pre, r0, lo, hi,
+                                  row_lanes.lane_count(self.k, self.cfg), calls)
+            self.out(indent, "}")
+        else:
+            self.row_loop(indent, accs, mine, stores, pre, pragma, lo, hi)
+        if step is not None:
+            self.out(indent, *sums.fold())
+            self.out(outer, "}", *sums.finish())
+        for a in self.own(mine):
+            self.out(outer, *a.finish())
+        return {a.r.name: a for a in self.own(mine)}
+
+    def row_loop(self, indent, accs, mine, stores, pre, pragma, lo, hi) -> None:
+        """One loop over the reduced dims from ``lo`` to ``hi``: ``omp simd`` with ``pragma``'s
+        reduction clauses where the row is one dim, streamed stores where the phase only stores."""
+        rv, sizes = self.k.rvars(), list(self.k.rdomain)
+        r0 = as_var(rv[0]).name
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
@@ -593,15 +606,6 @@ class KernelWriter:
         if (self.streaming or self.prefetching) and not mine and not deferred and len(rv) == 1:
             streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k), stream=self.streaming)
             self.lines[pragma_at:] = streamed or self.lines[pragma_at:]
-        if lanes:
-            self.out(block, "}")
-            indent = block
-        if step is not None:
-            self.out(indent, *sums.fold())
-            self.out(outer, "}", *sums.finish())
-        for a in self.own(mine):
-            self.out(outer, *a.finish())
-        return {a.r.name: a for a in self.own(mine)}
 
     def lane_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:
         """A 1-D reduction in vectors of ``lanes`` partial states, combined at the end."""

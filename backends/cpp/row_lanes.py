@@ -4,9 +4,11 @@
 add waits for the one before (4 cycles on AVX-512 cores), so a sum over a row in L1 or L2
 reads 16 floats every 4 cycles where the core could load 32 per cycle. Here the loop runs in
 steps of several vectors over lane arrays of that many partial states, as many independent
-chains of vector adds; the lanes are combined into the scalar state after the loop,
-and the elements after the last full step run through the reduction's plain ``omp simd`` loop.
-Sums add in another order (as ``omp simd`` already allows); max, min and NaN flags are exact.
+chains of vector adds; the elements after the last full step update one lane each, and the
+lanes fold into the scalar state in halving steps (lane j takes lane j + half: log2 of the lane
+count dependent operations, where ``omp simd reduction`` merges its 16 per-lane copies one after
+another, 16 dependent adds per row). Sums add in another order (as ``omp simd`` already
+allows); max, min and NaN flags are exact.
 
 Measured on the 2-core AVX-512 Xeon (2026-12-04, kernel time, four vectors against one): at
 cache sizes layernorm 1.05x, rmsnorm_bf16 1.14x, var_mean 1.18x, full_absmax 1.19x, softmax
@@ -30,9 +32,17 @@ arguments (``vector_blocks.py``) instead of calling the vector variant out of li
 the 2-core AVX-512 Xeon (2026-12-05, one thread, time after / before): logsumexp_ce 0.86,
 ce_vocab_bf16 0.84, wide_softmax 0.88 at CPU sizes; 0.93, 0.88, 0.86 at cache sizes; softmax
 1.00 and 0.97-1.01; few_rows_logsoftmax 1.04-1.06 (its sum keeps four vectors and stores nothing).
+
+Short rows (``SHORT_ROW``) take the lane arrays at one vector too: there the serial merge of
+``omp simd reduction`` costs more than the row's loads. Eager / loopnest on the same host (one
+thread, ``compile_fx``, two runs; before the halving fold and short rows -> after): sum over
+65536 x 32 1.00 -> 1.42, over 2M x 32 (256 MB) 1.06-1.09 -> 1.54-1.60, layernorm over 16384 x 64
+1.67-1.70 -> 2.32-2.34, softmax over 16384 x 64 1.04-1.09 -> 1.45-1.49; rows of 256-2048 within
+the noise.
 """
 from __future__ import annotations
 
+from ...ir.index import product
 from ...scheduler.kernel import Kernel
 from . import vector_blocks
 from .accumulators import Accumulator
@@ -40,6 +50,7 @@ from .params import CppConfig
 from .streaming import last_level_cache_bytes
 
 CACHED_VECTORS = 4  # vectors of partial states where the kernel's data stays in cache
+SHORT_ROW = 1024  # elements: up to this, a row's reductions take lane arrays whatever the vectors
 
 
 def vectors(kernel: Kernel, config: CppConfig) -> int:
@@ -48,6 +59,15 @@ def vectors(kernel: Kernel, config: CppConfig) -> int:
         return config.row_vectors
     moved = kernel.bytes_moved().as_int()
     return CACHED_VECTORS if moved is not None and moved <= last_level_cache_bytes() // 4 else 1
+
+
+def takes_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
+    """Whether a 1-D row phase with reductions of its own runs in lane arrays: where it keeps
+    several vectors, where it calls vector math (``vector_blocks``), and where its rows are
+    short: ``omp simd reduction`` merges its per-lane copies one after another (16 dependent
+    adds on AVX-512), which costs more than reading a short row."""
+    rnumel = product(kernel.rdomain).as_int()
+    return vectors(kernel, config) > 1 or bool(calls) or (rnumel is not None and rnumel <= SHORT_ROW)
 
 
 def lane_count(kernel: Kernel, config: CppConfig) -> int:
@@ -61,30 +81,44 @@ def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:
 
 
 def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: str, lo: str, hi: str,
-                count: int, calls: list) -> str:
-    """Write the loop over ``[lo, hi)`` in full steps of ``count`` elements, each reduction in
-    ``count`` partial states, onto ``w`` (a KernelWriter), and fold those into the scalar states;
-    returns where the rest of the row starts (a variable declared at ``indent``, in the block the
-    caller has opened). The math ``calls`` (``vector_blocks.math_calls``) of each step run
-    inline on arrays of ``count`` arguments."""
+                count: int, calls: list) -> None:
+    """Write the loop over ``[lo, hi)`` onto ``w`` (a KernelWriter), each reduction in ``count``
+    partial states: full steps of ``count`` elements, then the rest of the row (element j in
+    lane j), then the lanes folded into the scalar states. The math ``calls``
+    (``vector_blocks.math_calls``) of each full step run inline on arrays of ``count``
+    arguments."""
     own = w.own(mine)
     states = lane_accumulators(own)
     start = f"{r0}l_"
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
-    if calls:
-        pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, pre, accs, count, lane="j")
-    pragma_at, deferred = len(w.lines), []
-    w.out(indent + "  ", "#pragma omp simd", f"for (int64_t j = 0; j < {count}; ++j) {{",
-          f"  const int64_t {r0} = {start} + j;")
+    step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, pre, accs, count, lane="j") \
+        if calls else pre
     lane_mine = [states.get(a.r.name, a) for a in mine]
-    w.body(indent + "    ", {**accs, **states}, lane_mine, stores, w.flat_r(), per_row=True, pre=pre,
-           deferred=deferred)
-    w.out(indent + "  ", "}")
-    w.finish_deferred(deferred, pragma_at, indent + "  ")
+    _lane_loop(w, indent + "  ", str(count), start, r0, {**accs, **states}, lane_mine, stores, step_pre)
     w.out(indent, "}")
+    _lane_loop(w, indent, f"({hi}) - {start}", start, r0, {**accs, **states}, lane_mine, stores, pre)
     for a in own:
-        w.out(indent, f"#pragma omp simd {' '.join(a.simd_clauses())}",
-              f"for (int64_t j = 0; j < {count}; ++j) {{", *("  " + s for s in a.combine(states[a.r.name])), "}")
-    return start
+        fold_lanes(w, indent, a, states[a.r.name], count)
+
+
+def _lane_loop(w, indent: str, n: str, start: str, r0: str, accs: dict, mine: list, stores: list, pre) -> None:
+    """A vectorized loop over the ``n`` elements from ``start``, element j updating lane j."""
+    pragma_at, deferred = len(w.lines), []
+    w.out(indent, "#pragma omp simd", f"for (int64_t j = 0; j < {n}; ++j) {{", f"  const int64_t {r0} = {start} + j;")
+    w.body(indent + "  ", accs, mine, stores, w.flat_r(), per_row=True, pre=pre, deferred=deferred)
+    w.out(indent, "}")
+    w.finish_deferred(deferred, pragma_at, indent)
+
+
+def fold_lanes(w, indent: str, a: Accumulator, lanes: Accumulator, count: int) -> None:
+    """Fold the ``count`` lane states ``lanes`` into ``a`` in halving steps: lane j takes lane
+    j + half, a vector operation per step, so the fold waits on log2(count) operations where
+    ``omp simd reduction`` merges its per-lane copies one after another."""
+    half = count // 2
+    while half:
+        w.out(indent, *(["#pragma omp simd"] if half >= 4 else []), f"for (int64_t j = 0; j < {half}; ++j) {{",
+              *("  " + s for s in lanes.combine(lanes, f"[j + {half}]")), "}")
+        half //= 2
+    w.out(indent, *a.combine(lanes, "[0]"))
