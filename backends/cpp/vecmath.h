@@ -273,25 +273,11 @@ template <class V> static inline V sigmoid_(V x) {
 // up to W that divides N), inline: generated kernels call it on blocks of their elements
 // (vector_blocks.py), where an omp simd loop would call the out-of-line vector variant. Every
 // width computes the same bits.
-template <class V> static inline __attribute__((always_inline)) V load_block(const float* a) {
-#if defined(__AVX512F__) && (defined(__clang__) || __GNUC__ >= 12)
-  // g++ may have written the lanes as two ymm stores (a loop over 16-bit or 64-bit values), and
-  // one zmm load of them would wait for both to retire: read the halves as they may lie. Where
-  // the lanes stayed in registers the shuffle joins them, or folds away if they were one zmm.
-  if constexpr (sizeof(V) == 64) {
-    f8 lo, hi;
-    __builtin_memcpy(&lo, a, sizeof lo);
-    __builtin_memcpy(&hi, a + 8, sizeof hi);
-    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  }
-#endif
-  V v;
-  __builtin_memcpy(&v, a, sizeof v);
-  return v;
-}
 template <class V, int N, class F> static inline __attribute__((always_inline)) void apply(float* a, F f) {
   for (unsigned k = 0; k < N; k += sizeof(V) / sizeof(float)) {
-    V v = f(load_block<V>(a + k));
+    V v;
+    __builtin_memcpy(&v, a + k, sizeof v);
+    v = f(v);
     __builtin_memcpy(a + k, &v, sizeof v);
   }
 }
