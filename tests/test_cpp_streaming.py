@@ -13,7 +13,7 @@ from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.backends.cpp.space import can_stream
 from loopnest.scheduler.kernel import signature
-from test_backends import kernels_of
+from test_backends import kernels_of, softmax
 
 STREAMED = "ln_stream_line(&"
 
@@ -155,5 +155,14 @@ def test_long_rows_and_one_pass_kernels_do_not_prefetch():
     x = ln.placeholder("x", (8, 256), ln.float32)
     (row_sum,) = kernels_of([ln.sum(x, 1)], [x])
     assert not streaming.wants_next_row_prefetch(row_sum)
-    softmax_rows = generate(softmax_kernel(8, 256), CppConfig())  # its last pass rescales in place
-    assert "__builtin_prefetch" not in softmax_rows
+
+
+def test_a_pass_that_rescales_in_place_prefetches_the_input_its_row_read_first():
+    """softmax's last pass reads only its output: it prefetches the next row of the input that
+    the row's first passes load, and not the output's next row, which the first pass writes."""
+    softmax_rows = generate(softmax_kernel(8, 256), CppConfig())
+    prefetches = re.findall(r"__builtin_prefetch\(&(\w+)\[\(p0 \+ 1\)", softmax_rows)
+    assert prefetches == ["b_x"], softmax_rows
+    x = torch.randn(8, 256) * 4
+    torch.testing.assert_close(ln.compile(softmax(ln.placeholder("x", (8, 256), ln.float32)), backend="cpp")(x),
+                               torch.softmax(x, 1))

@@ -267,6 +267,7 @@ class KernelWriter:
         self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
         self.streaming = False  # set while the rows loop nest of a streamed kernel is written
         self.prefetching = False  # set while the rows of a kernel that prefetches its next row are written
+        self.row_start = 0  # the line where the current row's passes start
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -531,6 +532,7 @@ class KernelWriter:
             indent = self.open_loops(pv, self.k.pdomain, "  ")
         self.streaming = len(pv) == 1 and wants_streaming(self.k, self.cfg.stores)
         self.prefetching = not self.streaming and wants_next_row_prefetch(self.k)
+        self.row_start = len(self.lines)
         results = self.reduce_rows(indent, "0", self.c(self.k.rdomain[0]))
         self.streaming = self.prefetching = False
         self.row_stores(indent, results)
@@ -604,7 +606,8 @@ class KernelWriter:
         self.close_loops(len(rv), inner)
         self.finish_deferred(deferred, pragma_at, indent)
         if (self.streaming or self.prefetching) and not mine and not deferred and len(rv) == 1:
-            streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k), stream=self.streaming)
+            streamed = streamed_pass(self.lines[pragma_at:], indent, stream_types(self.k), stream=self.streaming,
+                                     row_loads=self.lines[self.row_start:pragma_at])
             self.lines[pragma_at:] = streamed or self.lines[pragma_at:]
 
     def lane_phase(self, phase, indent, results, lo, hi, prefix) -> dict[str, Accumulator]:

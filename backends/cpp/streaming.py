@@ -85,12 +85,13 @@ def stream_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
 
 
 def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int]],
-                  stream: bool = True) -> list[str] | None:
+                  stream: bool = True, row_loads: list[str] = ()) -> list[str] | None:
     """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``r0`` from 0 to a
     static multiple of the block, its body, its closing brace) rewritten to stream its stores, or
     None when the pass does not qualify. ``types``: the outputs that may stream
     (``stream_types``). ``stream`` False keeps the stores as they are and only prefetches the
-    next row's input, one line per block."""
+    next row's input, one line per block: the inputs this pass loads, and those that earlier
+    passes of the row load (``row_loads``: their lines)."""
     if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
         return None
     header = re.fullmatch(r"\s*for \(int64_t r0 = 0; r0 < (\d+); \+\+r0\) \{", lines[1])
@@ -114,11 +115,17 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
             return None
         load = _LOAD.search(line)
         if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
-            prefetch[load["buf"]] = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
+            prefetch[load["buf"]] = _prefetch_line(load)
         body.append("  " + line)
         reads.append(line)
-    if any(re.search(rf"\b{buf}\[", line) for buf in stored for line in reads):
+    if stream and any(re.search(rf"\b{buf}\[", line) for buf in stored for line in reads):
         return None  # the pass reads what it writes (softmax's rescaling): keep it cached
+    for buf in stored:  # the next row of an output: its first pass writes it
+        prefetch.pop(buf, None)
+    for line in row_loads if not stream else ():
+        load = _LOAD.search(line)
+        if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
+            prefetch[load["buf"]] = _prefetch_line(load)
     if not (staged if stream else prefetch):
         return None  # nothing to stream, or no row input to prefetch
     lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in ([b for b, _ in staged] if stream else prefetch))
@@ -141,6 +148,10 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     if staged:
         out.append(indent + "ln_stream_fence();")
     return out
+
+
+def _prefetch_line(load) -> str:
+    return f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
 
 
 _STREAMED = (dt.float32, dt.bfloat16, dt.float16)
