@@ -65,13 +65,21 @@ def test_rows_that_are_not_whole_lines_keep_plain_stores():
 
 
 def test_auto_streams_outputs_larger_than_the_last_level_cache(monkeypatch):
-    kernel = layernorm_kernel(64, 256)  # 64 KB stored
+    kernel = layernorm_kernel(16, 1024)  # 64 KB stored, rows of 4 KB
     assert can_stream(kernel)
     assert STREAMED not in generate(kernel, CppConfig(stores="plain"))
     monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: 1 << 20)
     assert STREAMED not in generate(kernel, CppConfig())
     monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: 32 << 10)
     assert STREAMED in generate(kernel, CppConfig())
+
+
+def test_auto_keeps_plain_stores_on_short_rows(monkeypatch):
+    """Each streamed row ends with a fence, which rows under ``STREAM_ROW_BYTES`` do not repay."""
+    monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: 32 << 10)
+    short = layernorm_kernel(64, 256)  # 64 KB stored, rows of 1 KB
+    assert can_stream(short) and STREAMED not in generate(short, CppConfig())
+    assert STREAMED in generate(short, CppConfig(stores="stream"))  # still the tuner's to choose
 
 
 def test_last_level_cache_size_is_read():

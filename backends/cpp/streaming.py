@@ -7,7 +7,8 @@ each with non-temporal stores (``ln_stream_line``: aligned lines only, plain sto
 prefetches the same block of the next row of each input read along rows (while a row is in its
 later passes, read from L1, no read of the next row would be in flight), and fences its stores
 at the end of the row. On 8192 x 2048 float32 layernorm, 2 cores: 1.20-1.29x (bench/RESULTS.md,
-2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``.
+2026-12-02 07:52); in cache it loses, hence the size rule in ``wants_streaming``, and so do
+short rows, whose fence per row costs more than the reads it saves (``STREAM_ROW_BYTES``).
 
 A multi-pass row kernel that does not stream, over rows of at most ``PREFETCH_ROW_BYTES``, runs
 its last pass in the same blocks with plain stores and the same prefetch of the next row
@@ -30,11 +31,15 @@ import re
 from pathlib import Path
 
 from ...ir import dtypes as dt
+from ...ir.index import product
 from ...scheduler.kernel import Kernel
 from ..names import BUFFER, mangle
 from .ops import STORAGE
 
 LINE = 64  # bytes of one cache line, the unit of a non-temporal store
+# a streamed row ends with a fence: 268 MB of float32 layernorm on the 2-core Xeon (2026-12-05),
+# streamed / plain time: rows of 1 KB 1.54, 2 KB 1.03, 4 KB 0.75, 8 KB 0.70
+STREAM_ROW_BYTES = 4 << 10
 PREFETCH_ROW_BYTES = 16 << 10  # rows up to this size prefetch the next one (a third of a 48 KB L1)
 _STORE = re.compile(r"^(?P<indent>\s*)(?P<buf>b_\w+)\[(?P<row>[^\[\]]*?) \+ (?P<r>r0)\] = (?P<value>[^;]+);$")
 _LOAD = re.compile(r"= (?:\w+\()?(?P<buf>b_\w+)\[(?P<row>[^\[\]]*\bp0\b[^\[\]]*?) \+ r0\]\)?;$")
@@ -56,11 +61,15 @@ def last_level_cache_bytes() -> int:
 def wants_streaming(kernel: Kernel, mode: str) -> bool:
     """Whether the row kernel's last pass streams: ``mode`` "stream", or "auto" when what the
     kernel reads and writes takes more than the last-level cache, so that its stored lines leave
-    the cache before anything reads them (static sizes only)."""
+    the cache before anything reads them, and each row stores at least ``STREAM_ROW_BYTES``
+    (static sizes only)."""
     if mode != "auto":
         return mode == "stream"
-    moved = kernel.bytes_moved().as_int()
-    return moved is not None and moved > last_level_cache_bytes()
+    moved, n = kernel.bytes_moved().as_int(), product(kernel.rdomain).as_int()
+    if moved is None or n is None:
+        return False
+    row = n * sum(kernel.buffers[b].dtype.itemsize for b in {s.buffer for s in kernel.elem_stores})
+    return moved > last_level_cache_bytes() and row >= STREAM_ROW_BYTES
 
 
 def wants_next_row_prefetch(kernel: Kernel) -> bool:
