@@ -95,10 +95,10 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, pre, accs, count, lane="j") \
         if calls else pre
-    lane_mine = [states.get(a.r.name, a) for a in mine]
-    _lane_loop(w, indent + "  ", str(count), start, r0, {**accs, **states}, lane_mine, stores, step_pre)
+    lane_accs, lane_mine = {**accs, **states}, [states.get(a.r.name, a) for a in mine]
+    _lane_loop(w, indent + "  ", str(count), start, r0, lane_accs, lane_mine, stores, step_pre)
     w.out(indent, "}")
-    _lane_loop(w, indent, f"({hi}) - {start}", start, r0, {**accs, **states}, lane_mine, stores, pre)
+    _lane_loop(w, indent, f"({hi}) - {start}", start, r0, lane_accs, lane_mine, stores, pre)
     for a in own:
         fold_lanes(w, indent, a, states[a.r.name], count)
 

@@ -122,9 +122,7 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
             continue
         if re.search(r"\bb_\w+\[[^\]]*\] =", line):  # any other store: not ours to rewrite
             return None
-        load = _LOAD.search(line)
-        if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
-            prefetch[load["buf"]] = _prefetch_line(load)
+        _add_row_prefetch(prefetch, line)
         body.append("  " + line)
         reads.append(line)
     if stream and any(re.search(rf"\b{buf}\[", line) for buf in stored for line in reads):
@@ -132,9 +130,7 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     for buf in stored:  # the next row of an output: its first pass writes it
         prefetch.pop(buf, None)
     for line in row_loads if not stream else ():
-        load = _LOAD.search(line)
-        if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
-            prefetch[load["buf"]] = _prefetch_line(load)
+        _add_row_prefetch(prefetch, line)
     if not (staged if stream else prefetch):
         return None  # nothing to stream, or no row input to prefetch
     lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in ([b for b, _ in staged] if stream else prefetch))
@@ -159,8 +155,12 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     return out
 
 
-def _prefetch_line(load) -> str:
-    return f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
+def _add_row_prefetch(prefetch: dict[str, str], line: str) -> None:
+    """Add to ``prefetch`` (buffer -> its prefetch statement) the next row of the buffer ``line``
+    loads along a row (``p0*N + r0``), if any and not there yet."""
+    load = _LOAD.search(line)
+    if load is not None and load["buf"] not in prefetch and re.fullmatch(r"p0\*\d+", load["row"]):
+        prefetch[load["buf"]] = f"__builtin_prefetch(&{load['buf']}[{load['row'].replace('p0', '(p0 + 1)')} + rb_]);"
 
 
 _STREAMED = (dt.float32, dt.bfloat16, dt.float16)
