@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from .autotune.options import SAMPLERS, SIZE_CLASSES, TuneSettings
 from .backends import registry
+from .core.settings import db_url
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -328,7 +329,8 @@ def cmd_report(args) -> int:
 def _common(parser: argparse.ArgumentParser, top: bool = False) -> None:
     """``--db`` and ``--format`` (on subcommands they override the top-level ones only when given)."""
     default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
-    parser.add_argument("--db", default=default(None), help="tuning DB URL (default: $LOOPNEST_DB or "
+    parser.add_argument("--db", default=default(None), type=db_url,
+                        help="tuning DB URL, or the path of a SQLite file (default: $LOOPNEST_DB or "
                         "sqlite:///<user cache dir>/tuning.db)")
     parser.add_argument("--format", choices=("table", "json"), default=default("table"), help="output format")
 

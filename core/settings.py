@@ -45,7 +45,7 @@ def env_int(name: str, default: int) -> int:
 # variable -> (field, what it does); the README's table of environment variables lists these.
 VARIABLES = {
     "LOOPNEST_CACHE_DIR": ("cache_dir", "root of the code, AOT and debug caches (default: the user cache dir)"),
-    "LOOPNEST_DB": ("db_url", "tuning DB URL (default: sqlite file in the user cache dir)"),
+    "LOOPNEST_DB": ("db_url", "tuning DB URL, or the path of a SQLite file (default: sqlite file in the user cache dir)"),
     "LOOPNEST_DEBUG": ("debug", "write IR and generated source of each graph; Triton bounds-checks loads"),
     "LOOPNEST_POISON": ("poison", "fill every buffer loopnest allocates with NaN or a sentinel first"),
     "LOOPNEST_AOT_CACHE": ("aot_cache", "cache AOTAutograd's plain inference graphs on disk (default on)"),
@@ -56,6 +56,14 @@ VARIABLES = {
     "LOOPNEST_INDEX_CHECKS": ("index_checks", "check gather/index/embedding indices at run time, an error "
                               "as in eager (default on; 0 turns the checks off)"),
 }
+
+
+def db_url(value: str | None) -> str | None:
+    """A tuning DB URL from what a user wrote: a URL (``scheme://...``) as it is, a filesystem
+    path as the SQLite file there (``sqlite:///`` and the absolute path)."""
+    if not value or "://" in value:
+        return value
+    return f"sqlite:///{Path(value).expanduser().resolve()}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class Settings:
     def from_env() -> "Settings":
         """The settings the environment asks for now."""
         root = os.environ.get("LOOPNEST_CACHE_DIR") or platformdirs.user_cache_dir("loopnest")
-        return Settings(cache_dir=Path(root), db_url=os.environ.get("LOOPNEST_DB") or None,
+        return Settings(cache_dir=Path(root), db_url=db_url(os.environ.get("LOOPNEST_DB") or None),
                         debug=env_flag("LOOPNEST_DEBUG"), poison=env_flag("LOOPNEST_POISON"),
                         aot_cache=env_flag("LOOPNEST_AOT_CACHE", default=True),
                         triton_interpret=env_flag("TRITON_INTERPRET"),

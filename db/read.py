@@ -50,8 +50,9 @@ def default_db_url() -> str:
 
 
 def resolve_url(url: str | None) -> str:
-    """``url``, or ``$LOOPNEST_DB``, or the SQLite file in the user cache dir."""
-    return url or default_db_url()
+    """``url`` (a URL, or the path of a SQLite file), or ``$LOOPNEST_DB``, or the SQLite file in
+    the user cache dir."""
+    return settings.db_url(url) or default_db_url()
 
 
 def db_exists(url: str) -> bool:

@@ -199,3 +199,14 @@ def test_commands_that_need_no_optional_dependency_run_without_them(tmp_path):
     for argv in (["--help"], ["db", "list", "--db", url], ["db", "gc", "--db", url]):
         run = without(["psycopg", "matplotlib"], argv)
         assert run.returncode == 0 and run.stderr == "", (argv, run.stderr)
+
+
+def test_a_db_path_is_taken_as_a_sqlite_file(tmp_path, monkeypatch):
+    """--db and $LOOPNEST_DB accept a filesystem path as well as a URL."""
+    from loopnest.core.settings import db_url
+    assert db_url("postgresql+psycopg://u@h:5432/d") == "postgresql+psycopg://u@h:5432/d"
+    assert db_url(str(tmp_path / "a.db")) == f"sqlite:///{tmp_path / 'a.db'}"
+    assert main(["db", "list", "--db", str(tmp_path / "b.db")]) == 0
+    monkeypatch.setenv("LOOPNEST_DB", str(tmp_path / "c.db"))
+    assert main(["db", "list"]) == 0
+    assert (tmp_path / "b.db").exists() and (tmp_path / "c.db").exists()

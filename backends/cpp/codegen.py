@@ -409,7 +409,7 @@ class KernelWriter:
         """The innermost loop in blocks whose math runs inline (``vector_blocks.py``), then the
         elements after the last block through the plain loop."""
         pv, sizes = self.k.pvars(), self.k.pdomain
-        inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.BLOCK
+        inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.block_size(self.k)
         start = f"{inner}_b"
         outer, pre = self.outer_loops()
         if len(pv) > 1:
@@ -420,8 +420,8 @@ class KernelWriter:
             grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
             self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
-        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, pre)
-        vector_blocks.open_lanes(self, outer + "  ", inner, start)
+        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, pre, count=step)
+        vector_blocks.open_lanes(self, outer + "  ", inner, start, step)
         self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
         self.out(outer + "  ", "}")
         self.out(outer, "}")

@@ -10,17 +10,22 @@ from ...ir import dtypes as dt
 from ...ir.dtypes import DType
 from ...ir.ops import Op
 
-# storage types (what a pointer points to) and compute types (what arithmetic runs in)
+# storage types (what a pointer points to) and compute types (what arithmetic runs in). Booleans
+# are stored as bytes: g++ leaves a loop reading a `bool*` scalar, a compare and a branch per
+# element (the C++ `bool` may hold only 0 or 1, so its loads are not plain byte loads), and reads
+# a `uint8_t*` into a vector compare (`vpcmpb`, then masked moves). Halves are stored as their
+# bits too: g++ 12 keeps every `_Float16` <-> float conversion scalar (`vcvtsh2ss`), while the
+# integer spelling of ln_f16_to_f / ln_f_to_f16 vectorizes.
 STORAGE = {
-    dt.float16: "_Float16", dt.bfloat16: "uint16_t", dt.float32: "float", dt.float64: "double",
+    dt.float16: "uint16_t", dt.bfloat16: "uint16_t", dt.float32: "float", dt.float64: "double",
     dt.int8: "int8_t", dt.int16: "int16_t", dt.int32: "int32_t", dt.int64: "int64_t",
-    dt.uint8: "uint8_t", dt.bool_: "bool",
+    dt.uint8: "uint8_t", dt.bool_: "uint8_t",
 }
 
 
 def ctype(dtype: DType) -> str:
     """The C type values of ``dtype`` are computed in (float for float16/bfloat16)."""
-    return STORAGE[dt.compute_dtype(dtype)]
+    return "bool" if dtype.is_bool else STORAGE[dt.compute_dtype(dtype)]
 
 
 def load_value(dtype: DType, ref: str) -> str:
@@ -28,7 +33,7 @@ def load_value(dtype: DType, ref: str) -> str:
     if dtype == dt.bfloat16:
         return f"ln_bf16_to_f({ref})"
     if dtype == dt.float16:
-        return f"((float){ref})"
+        return f"ln_f16_to_f({ref})"
     return ref
 
 
@@ -37,7 +42,7 @@ def store_value(dtype: DType, value: str) -> str:
     if dtype == dt.bfloat16:
         return f"ln_f_to_bf16({value})"
     if dtype == dt.float16:
-        return f"((_Float16)({value}))"
+        return f"ln_f_to_f16({value})"
     return value
 
 
@@ -142,8 +147,10 @@ def render_cast(value: str, src: DType, dst: DType) -> str:
         return f"({value} != 0)"
     if dst == dt.bfloat16:
         return f"ln_bf16_to_f(ln_f_to_bf16((float)({value})))"
-    if dst == dt.float16:
+    if dst == dt.float16 and src == dt.float64:  # one rounding, as eager's (through float is two)
         return f"((float)(_Float16)({value}))"
+    if dst == dt.float16:
+        return f"ln_f16_to_f(ln_f_to_f16((float)({value})))"
     if src.is_bool or ctype(src) != ctype(dst):
         return f"(({ctype(dst)})({value}))"
     return value
@@ -208,6 +215,27 @@ static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN ->
   uint32_t u; std::memcpy(&u, &f, 4);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(f != f ? 0x7fc0u : rounded);  // a float compare and a blend once vectorized
+}
+// IEEE half <-> float in integer operations (g++ vectorizes these, not _Float16 conversions);
+// both agree with _Float16 casts on every half and on 3.5e7 floats (round to nearest even).
+static inline float ln_f16_to_f(uint16_t v) {
+  uint32_t em = v & 0x7fffu, sign = (uint32_t)(v & 0x8000u) << 16;
+  uint32_t scaled = (em << 13) + (em >= 0x7c00u ? 0x70000000u : 0x38000000u);  // rebias; inf/NaN keep all ones
+  float normal; std::memcpy(&normal, &scaled, 4);
+  float f = em < 0x400u ? (float)(int32_t)em * 5.9604644775390625e-8f : normal;  // zero, subnormal: em * 2^-24
+  uint32_t u; std::memcpy(&u, &f, 4); u |= sign; std::memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t ln_f_to_f16(float f) {  // round to nearest even; NaN -> 0x7e00
+  uint32_t x; std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u; x &= 0x7fffffffu;
+  float a; std::memcpy(&a, &x, 4);
+  float sub = a + 0.5f;  // below 2^-14: the sum's low mantissa bits are the subnormal half, rounded to even
+  uint32_t subu; std::memcpy(&subu, &sub, 4);
+  uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;  // rebias and round to even
+  uint32_t h = x < 0x38800000u ? subu - 0x3f000000u : normal;
+  h = x >= 0x47800000u ? (x > 0x7f800000u ? 0x7e00u : 0x7c00u) : h;  // overflow to inf; NaN stays NaN
+  return (uint16_t)(h | sign);
 }
 template <class T> static inline T ln_maximum(T a, T b) { return ((a != a) | (a > b)) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return ((a != a) | (a < b)) ? a : b; }

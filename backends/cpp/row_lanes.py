@@ -71,8 +71,16 @@ def takes_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
 
 
 def lane_count(kernel: Kernel, config: CppConfig) -> int:
-    """Partial states per reduction: ``vectors`` of floats as wide as ``config.vector_width``."""
-    return vectors(kernel, config) * config.vector_width // 32
+    """Partial states per reduction: ``vectors`` of floats as wide as ``config.vector_width``, but
+    no more vectors than a row of known length fills, and at least a vector of the kernel's
+    narrowest elements (``vector_blocks.block_size``): a row of 37 floats in 64 lanes spent more
+    on setting up and folding the lanes than on its loads."""
+    floats = config.vector_width // 32
+    count = vectors(kernel, config) * floats
+    rnumel = product(kernel.rdomain).as_int()
+    if rnumel is not None:
+        count = min(count, max(floats, 1 << max(rnumel, 1).bit_length() - 1))
+    return max(count, vector_blocks.block_size(kernel) * floats // vector_blocks.BLOCK)
 
 
 def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:

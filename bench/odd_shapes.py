@@ -1,0 +1,121 @@
+"""Shapes outside the suite: eager, Inductor and loopnest side by side, one process, CPU or GPU.
+
+Odd sizes, few long rows, many short ones, reductions over the first and middle dimensions,
+transposed and strided reads, bf16: the kind of shape a heuristic tuned on the suite's rows can
+lose on. Each case moves tens of MB, so a CPU call takes milliseconds and Dynamo's frame (tens
+of µs) weighs little. Both compilers go through ``torch.compile`` (loopnest with the backend the
+device takes); each result is checked against eager, then the three columns are timed in
+interleaved rounds: wall clock over calls on the CPU, ``triton.testing.do_bench`` (L2 flushed)
+on CUDA.
+
+Run: python bench/odd_shapes.py [--device cpu|cuda] [--rounds N] [CASE-SUBSTRING ...]
+The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so no
+CPU call pays page faults for a freshly unmapped output.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+from common import reexec_with_malloc_thresholds
+
+reexec_with_malloc_thresholds()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import loopnest  # noqa: E402,F401  (registers the backend)
+
+
+def cases(device: str = "cpu") -> dict:
+    """name -> (function, inputs on ``device``)."""
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    bf16 = torch.bfloat16
+    return {
+        "softmax 3001x2999": (lambda x: torch.softmax(x, -1), (randn(3001, 2999),)),
+        "softmax dim0 4096x1024": (lambda x: torch.softmax(x, 0), (randn(4096, 1024),)),
+        "log_softmax dim1 64x100x333": (lambda x: torch.log_softmax(x, 1), (randn(64, 100, 333),)),
+        "log_softmax 16x200003": (lambda x: torch.log_softmax(x, -1), (randn(16, 200003),)),
+        "layernorm 8192x771": (lambda x, w, b: F.layer_norm(x, (771,), w, b), (randn(8192, 771), randn(771), randn(771))),
+        "layernorm 65536x96": (lambda x, w, b: F.layer_norm(x, (96,), w, b), (randn(65536, 96), randn(96), randn(96))),
+        "rmsnorm bf16 4096x5120": (lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(bf16) * w,
+                                   (randn(4096, 5120, dtype=bf16), randn(5120, dtype=bf16))),
+        "sum dim1 256x1000x30": (lambda x: x.sum(1), (randn(256, 1000, 30),)),
+        "mean dims 0,2 64x256x300": (lambda x: x.mean((0, 2)), (randn(64, 256, 300),)),
+        "var dim0 1000x4097": (lambda x: x.var(0), (randn(1000, 4097),)),
+        "amax 200000x37": (lambda x: x.amax(-1), (randn(200000, 37),)),
+        "argmax 4096x4097": (lambda x: x.argmax(-1), (randn(4096, 4097),)),
+        "sum all bf16 16M": (lambda x: x.float().sum(), (randn(1 << 24, dtype=bf16),)),
+        "add transposed 2048x3001": (lambda x, y: x.t() + y, (randn(3001, 2048), randn(2048, 3001))),
+        "permute 64x512x300": (lambda x: x.permute(0, 2, 1).contiguous() * 2, (randn(64, 512, 300),)),
+        "silu strided 4096x8192[:, ::2]": (lambda x: F.silu(x[:, ::2]), (randn(4096, 8192),)),
+        "gelu bf16 3000x3001": (lambda x: F.gelu(x), (randn(3000, 3001, dtype=bf16),)),
+        "leaky where 5000x3333": (lambda x: torch.where(x > 0, x, 0.1 * x), (randn(5000, 3333),)),
+        "standardize cols 8192x1000": (lambda x: (x - x.mean(0)) / x.std(0), (randn(8192, 1000),)),
+        "cross_entropy 256x50257": (lambda x, t: F.cross_entropy(x, t),
+                                    (randn(256, 50257), torch.randint(0, 50257, (256,), generator=g).to(device))),
+    }
+
+
+def round_ms(call, device: str) -> float:
+    """ms per call of one timing round: do_bench's median on CUDA, the mean of ~50 ms of calls on the CPU."""
+    if device == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(call, warmup=10, rep=50, return_mode="median")
+    t0 = time.perf_counter()
+    call()
+    calls = max(1, int(0.05 / max(time.perf_counter() - t0, 1e-6)))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
+def close(got, want) -> bool:
+    """Whether ``got`` matches eager's ``want`` within a tolerance fit for its dtype."""
+    tol = 2e-2 if want.dtype in (torch.bfloat16, torch.float16) else 1e-4
+    return want.shape == got.shape and torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def main() -> None:
+    """Print each case's median ms per column, the ratios, and whether both compilers agree with eager."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cases", nargs="*", help="substrings of the case names to run (default: all)")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    a = p.parse_args()
+    where = torch.cuda.get_device_name() if a.device == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"# torch {torch.__version__}, {where}; ms per call, medians of {a.rounds} rounds")
+    print("| case | MB | eager | Inductor | loopnest | eager / loopnest | Inductor / loopnest | checks |")
+    print("|---|---|---|---|---|---|---|---|")
+    ratios = []
+    backend = "triton" if a.device == "cuda" else "cpp"
+    for name, (fn, args) in cases(a.device).items():
+        if a.cases and not any(c in name for c in a.cases):
+            continue
+        torch._dynamo.reset()
+        columns = {"eager": fn, "inductor": torch.compile(fn),
+                   "loopnest": torch.compile(fn, backend="loopnest", options={"backend": backend, "tune": "off"})}
+        want = fn(*args)
+        checks = "/".join("ok" if close(columns[c](*args), want) else "WRONG" for c in ("inductor", "loopnest"))
+        times = {c: [] for c in columns}
+        for _ in range(a.rounds):
+            for c, f in columns.items():
+                times[c].append(round_ms(lambda: f(*args), a.device))
+        ms = {c: statistics.median(v) for c, v in times.items()}
+        mb = (sum(t.nbytes for t in args) + want.nbytes) / 1e6
+        ratios.append((ms["eager"] / ms["loopnest"], ms["inductor"] / ms["loopnest"]))
+        print(f"| {name} | {mb:.0f} | {ms['eager']:.3f} | {ms['inductor']:.3f} | {ms['loopnest']:.3f} | "
+              f"{ms['eager'] / ms['loopnest']:.2f} | {ms['inductor'] / ms['loopnest']:.2f} | {checks} |", flush=True)
+    if ratios:
+        geo = [math.exp(statistics.fmean(math.log(r[k]) for r in ratios)) for k in (0, 1)]
+        print(f"geomean eager / loopnest {geo[0]:.2f}, Inductor / loopnest {geo[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
