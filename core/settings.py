@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +60,10 @@ VARIABLES = {
 
 
 def db_url(value: str | None) -> str | None:
-    """A tuning DB URL from what a user wrote: a URL (``scheme://...``) as it is, a filesystem
-    path as the SQLite file there (``sqlite:///`` and the absolute path)."""
-    if not value or "://" in value:
+    """A tuning DB URL from what a user wrote: a URL, or anything that starts like one
+    (``scheme:``, left for the URL parser to judge), as it is; a filesystem path as the SQLite
+    file there (``sqlite:///`` and the absolute path)."""
+    if not value or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", value):
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
 

@@ -18,7 +18,7 @@ from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
-from . import column_rows, row_lanes, vector_blocks
+from . import column_rows, piecewise, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
@@ -384,6 +384,10 @@ class KernelWriter:
                      f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
         elif pv:
+            ranges = piecewise.pieces([s.value for s in self.k.elem_stores], as_var(pv[-1]), self.k.pdomain[-1])
+            if ranges:
+                self.piecewise_loops(ranges, outer, pre)
+                return self.close_loops(len(pv) - 1, outer)
             body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")
         else:
             body = "  "
@@ -393,6 +397,19 @@ class KernelWriter:
             self.close_loops(1, body)
             self.finish_deferred(deferred, pragma_at, outer)
         self.close_loops(len(pv) - 1, outer)
+
+    def piecewise_loops(self, ranges, outer: str, pre) -> None:
+        """The innermost loop as one loop per range of ``ranges`` (``piecewise.py``), each in its
+        own scope with its own deferred checks."""
+        name = as_var(self.k.pvars()[-1]).name
+        for lo, hi in ranges:
+            self.out(outer, "{")
+            pragma_at, deferred = len(self.lines), []
+            self.out(outer + "  ", "#pragma omp simd", f"for (int64_t {name} = {lo}; {name} < {hi}; ++{name}) {{")
+            self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
+            self.out(outer + "  ", "}")
+            self.finish_deferred(deferred, pragma_at, outer + "  ")
+            self.out(outer, "}")
 
     def outer_loops(self) -> tuple[str, CppEmitter | None]:
         """Open a pointwise kernel's loops over all but its innermost dim (parallel), with the
