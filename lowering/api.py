@@ -92,7 +92,9 @@ def retrace(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphMod
         with fake_mode:
             return make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
     mode = "symbolic" if _has_symbolic_sizes(gm) else "fake"
-    return make_fx(fn, decomposition_table=table, tracing_mode=mode)(*example_inputs)
+    # a make_fx graph holds its parameters as real tensor constants, which decompositions (group
+    # norm's reshape of its weight) then meet inside the fake trace
+    return make_fx(fn, decomposition_table=table, tracing_mode=mode, _allow_non_fake_inputs=True)(*example_inputs)
 
 
 def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:

@@ -56,8 +56,8 @@ def test_merged_kernels_match_eager(shape):
 
 
 def test_a_position_used_as_a_value_keeps_its_dims():
-    """A mask over the innermost positions (an iota) reads the position itself: no merge, and
-    the values stay eager's."""
+    """A mask over the innermost positions (an iota) reads the position itself: no merge (the
+    innermost loop splits where the mask changes, piecewise.py), and the values stay eager's."""
     x = torch.randn(4, 6, 7)
 
     def fn(x):
@@ -65,4 +65,36 @@ def test_a_position_used_as_a_value_keeps_its_dims():
     want, got = _eager_and_compiled(fn, x)
     torch.testing.assert_close(got, want)
     info = ln.explain(fn, x, backend="cpp", tune="off").graphs[0]
-    assert 7 in _loop_sizes(info.kernels[0].source_path.read_text())
+    source = info.kernels[0].source_path.read_text()
+    assert 3 in _loop_sizes(source) and "p2 = 3; p2 < 7;" in source and not {42, 168} & set(_loop_sizes(source))
+
+
+REDUCED = {
+    "mean var hw": (lambda x: (x.mean((2, 3)), x.var((2, 3))), (6, 5, 7, 9)),
+    "sum amax argmax cw": (lambda x: (x.sum((1, 2)), x.amax((1, 2)), x.flatten(1).argmax(1)), (4, 3, 5, 11)),
+    "var middle and last": (lambda x: x.var((1, 2), correction=0), (3, 40, 33)),
+    "bn stats 0 2 3": (lambda x: (x.mean((0, 2, 3)), x.var((0, 2, 3))), (4, 6, 5, 7)),
+    "softmax over hw": (lambda x: torch.softmax(x.flatten(2), -1).view_as(x) * 2, (2, 3, 6, 10)),
+    "group norm": (lambda x, w, b: torch.nn.functional.group_norm(x, 3, w, b), (2, 6, 5, 7)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCED))
+def test_reductions_over_merged_dims_match_eager(name):
+    fn, shape = REDUCED[name]
+    gen = torch.Generator().manual_seed(1)
+    args = [torch.randn(shape, generator=gen)]
+    if name == "group norm":
+        args += [torch.randn(shape[1], generator=gen), torch.randn(shape[1], generator=gen)]
+    want, got = _eager_and_compiled(fn, *args)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_reduced_dims_walked_as_one_run_merge():
+    """A variance over (C, H, W) of contiguous activations reduces one dim of C*H*W; over the
+    (N, H, W) of NCHW, N steps over the channels and stays a dim of its own."""
+    x = ln.placeholder("x", (4, 6, 5, 7), ln.float32)
+    (kernel,) = kernels_of([ln.sum(x, (1, 2, 3))], [x])
+    assert [d.as_int() for d in as_written(kernel).rdomain] == [210]
+    (kernel,) = kernels_of([ln.sum(x, (0, 2, 3))], [x])
+    assert [d.as_int() for d in as_written(kernel).rdomain] == [4, 35]

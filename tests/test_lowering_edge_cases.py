@@ -128,3 +128,16 @@ def test_integer_abs_and_negation_wrap_at_the_minimum_as_eager():
         got = ln.compile([-x, abs(x), abs(x) // abs(y), (-x) // y], backend="cpp")(a, b)
         for g, w in zip(got, (-a, a.abs(), a.abs() // b.abs(), (-a) // b)):
             assert_close(g, w, str(dtype))
+
+
+def test_a_make_fx_graph_holding_parameters_through_a_decomposition():
+    """make_fx keeps a module's parameters as real tensor constants; group norm's decomposition
+    reshapes its weight inside the fake re-trace, which must accept them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gn = torch.nn.GroupNorm(2, 4)
+    with torch.no_grad():
+        gn.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 4, 5, 6)
+    compiled = ln.compile_fx(make_fx(gn)(x), [x], backend="cpp", tune="off")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), gn(x), rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
-from .merge_dims import merged_inner_dims
+from .merge_dims import merged_inner_dims, merged_reduced_dims
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
@@ -183,10 +183,12 @@ def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> st
 
 
 def as_written(kernel: Kernel) -> Kernel:
-    """The kernel the writer renders: a row kernel computes Welford over short rows in two passes
+    """The kernel the writer renders: reduced dims that every access walks as one run are one dim
+    (``merge_dims.py``); a row kernel computes Welford over short rows in two passes
     (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``); a
     pointwise kernel runs inner dims that every access walks as one run as one dim
     (``merge_dims.py``)."""
+    kernel = merged_reduced_dims(kernel)
     if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
         return reuse_stored_values(two_pass_welford(kernel))
     return merged_inner_dims(kernel)
