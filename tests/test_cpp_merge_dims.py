@@ -98,3 +98,16 @@ def test_reduced_dims_walked_as_one_run_merge():
     assert [d.as_int() for d in as_written(kernel).rdomain] == [210]
     (kernel,) = kernels_of([ln.sum(x, (0, 2, 3))], [x])
     assert [d.as_int() for d in as_written(kernel).rdomain] == [4, 35]
+
+
+def test_welford_over_dims_that_do_not_merge_is_two_sums():
+    """A batch norm's statistics over (N, H, W) of NCHW keep two reduced dims; there Welford
+    would run scalar, so it becomes two vectorized sums whatever the row's size."""
+    from loopnest.ir.ops import ReduceOp
+    x = ln.placeholder("x", (4, 6, 200, 100), ln.float32)
+    var, mean = ln.var_mean(x, (0, 2, 3))
+    (kernel,) = kernels_of([var, mean], [x])
+    written = as_written(kernel)
+    assert len(written.rdomain) == 2 and not any(r.op is ReduceOp.WELFORD for r in written.reductions)
+    source = generate(kernel, CppConfig())
+    assert "#pragma omp simd reduction(+:" in source
