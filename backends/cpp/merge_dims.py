@@ -1,4 +1,5 @@
-"""Pointwise kernels whose inner dims every access walks as one run are written over one dim.
+"""Kernels whose inner dims every access walks as one run are written over one dim: the
+innermost dims of a pointwise kernel, and the innermost reduced dims of a reduction.
 
 A kernel over (8, 64, 32, 32) whose loads and stores all step through the last two dims as one
 contiguous run (NCHW activations, 32x32 images) would otherwise be written as a parallel loop over
