@@ -46,7 +46,8 @@ def env_int(name: str, default: int) -> int:
 # variable -> (field, what it does); the README's table of environment variables lists these.
 VARIABLES = {
     "LOOPNEST_CACHE_DIR": ("cache_dir", "root of the code, AOT and debug caches (default: the user cache dir)"),
-    "LOOPNEST_DB": ("db_url", "tuning DB URL, or the path of a SQLite file (default: sqlite file in the user cache dir)"),
+    "LOOPNEST_DB": ("db_url", "tuning DB URL, or the path of a SQLite file "
+                              "(default: sqlite file in the user cache dir)"),
     "LOOPNEST_DEBUG": ("debug", "write IR and generated source of each graph; Triton bounds-checks loads"),
     "LOOPNEST_POISON": ("poison", "fill every buffer loopnest allocates with NaN or a sentinel first"),
     "LOOPNEST_AOT_CACHE": ("aot_cache", "cache AOTAutograd's plain inference graphs on disk (default on)"),

@@ -7,7 +7,8 @@ the elements (mean = sum / n), then the sum of the squared deviations from that 
 vectorized ``omp simd`` reduction in registers. Later phases shift by one; every read of the
 Welford results reads the sums instead. Rows over several reduced dims (a batch norm's (N, H*W)
 over NCHW, whose dims do not merge) take two passes whatever their size: there Welford has no
-lane arrays and ran one scalar division per element (64 channels of 32 x 3136, 2 cores: 37 ms).
+lane arrays and ran one scalar division per element (64 channels of 32 x 3136, 2 cores: 17.4
+-> 7.2 ms).
 """
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ A lane loop holds whole vectors of its narrowest elements (``block_size``): g++ 
 loop with one vector size, so 16 lanes of bf16 loads come out as ymm vectors and the floats
 computed from them as two ymm stores, which a zmm load of the block then waits on (store-to-load
 forwarding fails), and 16 lanes of bytes stay scalar, a compare and a branch per element. Same
-host, 9M elements, two threads, ms: bf16 `exp` 8.6 -> 1.3 and erf GELU 9.7 -> 2.3 with blocks of
-32 (float32 GELU 1.86 either way).
+host, 9M elements, two threads, ms: bf16 `exp` 8.8-9.1 -> 1.5-1.6 and erf GELU 9.5-10.3 -> 2.8
+with blocks of 32 (float32 GELU 1.86 either way).
 
 Only kernels whose math calls do not nest (exp of an erf would need a second block pass) and
 whose indices hold no indirect positions (their checks stay in the plain loop) are written so.
