@@ -379,39 +379,47 @@ class KernelWriter:
         if calls:
             return self.pointwise_math_blocks(calls)
         outer, pre = self.outer_loops()
+        if len(pv) > 1:
+            self.innermost_loops(outer, pre)
+            return self.close_loops(len(pv) - 1, outer)
         pragma_at = len(self.lines)
-        if len(pv) == 1:
+        if pv:
             # GCC 12 does not vectorize a `parallel for simd` whose clause is a literal if(0)
             self.out("  ", "#pragma omp simd" if self.serial else
                      f"#pragma omp parallel for simd {self.cfg.omp_schedule}{self.threads}")
             body = self.open_loops(pv, self.k.pdomain, "  ")
-        elif pv:
-            ranges = piecewise.pieces([s.value for s in self.k.elem_stores], as_var(pv[-1]), self.k.pdomain[-1])
-            if ranges:
-                self.piecewise_loops(ranges, outer, pre)
-                return self.close_loops(len(pv) - 1, outer)
-            body = self.open_loops(pv[-1:], self.k.pdomain[-1:], outer, "#pragma omp simd")
         else:
             body = "  "
         deferred = [] if pv else None
         self.body(body, {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
         if pv:
             self.close_loops(1, body)
-            self.finish_deferred(deferred, pragma_at, outer)
-        self.close_loops(len(pv) - 1, outer)
+            self.finish_deferred(deferred, pragma_at, "  ")
 
-    def piecewise_loops(self, ranges, outer: str, pre) -> None:
-        """The innermost loop as one loop per range of ``ranges`` (``piecewise.py``), each in its
-        own scope with its own deferred checks."""
-        name = as_var(self.k.pvars()[-1]).name
-        for lo, hi in ranges:
-            self.out(outer, "{")
-            pragma_at, deferred = len(self.lines), []
-            self.out(outer + "  ", "#pragma omp simd", f"for (int64_t {name} = {lo}; {name} < {hi}; ++{name}) {{")
-            self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
-            self.out(outer + "  ", "}")
-            self.finish_deferred(deferred, pragma_at, outer + "  ")
-            self.out(outer, "}")
+    def innermost_loops(self, outer: str, pre) -> None:
+        """The innermost loop of a pointwise kernel inside its outer loops: one ``omp simd`` loop,
+        or one per range where a piecewise op changes piece (``piecewise.py``), each in its own
+        scope."""
+        var, size = as_var(self.k.pvars()[-1]), self.k.pdomain[-1]
+        ranges = piecewise.pieces([s.value for s in self.k.elem_stores], var, size)
+        for lo, hi in ranges or [("0", self.c(size))]:
+            at = outer + "  " if ranges else outer
+            if ranges:
+                self.out(outer, "{")
+            self.simd_loop(at, [f"for (int64_t {var.name} = {lo}; {var.name} < {hi}; ++{var.name}) {{"],
+                           {}, [], self.k.elem_stores, "", pre)
+            if ranges:
+                self.out(outer, "}")
+
+    def simd_loop(self, indent: str, header: list[str], accs, mine, stores, position: str, pre,
+                  per_row: bool = False) -> None:
+        """An ``omp simd`` loop at ``indent`` (``header``: its ``for`` line and what it declares
+        first) whose body updates ``mine`` and does ``stores``, with its deferred checks."""
+        pragma_at, deferred = len(self.lines), []
+        self.out(indent, "#pragma omp simd", *header)
+        self.body(indent + "  ", accs, mine, stores, position, per_row=per_row, pre=pre, deferred=deferred)
+        self.out(indent, "}")
+        self.finish_deferred(deferred, pragma_at, indent)
 
     def outer_loops(self) -> tuple[str, CppEmitter | None]:
         """Open a pointwise kernel's loops over all but its innermost dim (parallel), with the

@@ -29,7 +29,7 @@ def merged_inner_dims(kernel: Kernel) -> Kernel:
     when it has reductions or cannot merge its last two dims."""
     if kernel.reductions or kernel.row_stores or kernel.col_stores:
         return kernel
-    while len(kernel.pdomain) >= 2 and _mergeable(kernel, kernel.pvars(), kernel.pdomain):
+    while len(kernel.pdomain) >= 2 and _mergeable(kernel, "pdomain"):
         kernel = _merge_last_two(kernel, "pdomain")
     return kernel
 
@@ -42,14 +42,21 @@ def merged_reduced_dims(kernel: Kernel) -> Kernel:
     it has reductions across rows (their results are stored by reduced position)."""
     if not kernel.reductions or kernel.col_stores or any(r.across for r in kernel.reductions):
         return kernel
-    while len(kernel.rdomain) >= 2 and _mergeable(kernel, kernel.rvars(), kernel.rdomain):
+    while len(kernel.rdomain) >= 2 and _mergeable(kernel, "rdomain"):
         kernel = _merge_last_two(kernel, "rdomain")
     return kernel
 
 
-def _mergeable(kernel: Kernel, vars_, domain) -> bool:
-    """True if every access walks the last two dims of ``domain`` as one run (module docstring)."""
-    a, b = as_var(vars_[-2]), as_var(vars_[-1])
+def _dims(kernel: Kernel, field: str) -> tuple[list[Var], tuple[Index, ...]]:
+    """The loop variables and sizes of ``kernel``'s ``field`` ("pdomain" or "rdomain")."""
+    vars_ = kernel.pvars() if field == "pdomain" else kernel.rvars()
+    return [as_var(v) for v in vars_], getattr(kernel, field)
+
+
+def _mergeable(kernel: Kernel, field: str) -> bool:
+    """True if every access walks the last two dims of ``field`` as one run (module docstring)."""
+    vars_, domain = _dims(kernel, field)
+    a, b = vars_[-2], vars_[-1]
     inner, outer = domain[-1].as_int(), domain[-2].as_int()
     if inner is None or outer is None or min(inner, outer) < 1:
         return False  # symbolic, or nothing to run
@@ -70,8 +77,7 @@ def _mergeable(kernel: Kernel, vars_, domain) -> bool:
 
 def _merge_last_two(kernel: Kernel, field: str) -> Kernel:
     """``kernel`` with the last two dims of its ``field`` ("pdomain" or "rdomain") as one."""
-    domain = getattr(kernel, field)
-    vars_ = [as_var(v) for v in (kernel.pvars() if field == "pdomain" else kernel.rvars())]
+    vars_, domain = _dims(kernel, field)
     inner = domain[-1]
     merged_domain = (*domain[:-2], domain[-2] * inner)
     merged = Index.of(Var(vars_[-2].name, merged_domain[-1]))

@@ -79,7 +79,7 @@ def lane_count(kernel: Kernel, config: CppConfig) -> int:
     count = vectors(kernel, config) * floats
     rnumel = product(kernel.rdomain).as_int()
     if rnumel is not None:
-        count = min(count, max(floats, 1 << max(rnumel, 1).bit_length() - 1))
+        count = min(count, max(floats, 1 << (max(rnumel, 1).bit_length() - 1)))  # a power of two <= rnumel
     return max(count, vector_blocks.block_size(kernel) * floats // vector_blocks.BLOCK)
 
 
@@ -113,11 +113,8 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
 
 def _lane_loop(w, indent: str, n: str, start: str, r0: str, accs: dict, mine: list, stores: list, pre) -> None:
     """A vectorized loop over the ``n`` elements from ``start``, element j updating lane j."""
-    pragma_at, deferred = len(w.lines), []
-    w.out(indent, "#pragma omp simd", f"for (int64_t j = 0; j < {n}; ++j) {{", f"  const int64_t {r0} = {start} + j;")
-    w.body(indent + "  ", accs, mine, stores, w.flat_r(), per_row=True, pre=pre, deferred=deferred)
-    w.out(indent, "}")
-    w.finish_deferred(deferred, pragma_at, indent)
+    w.simd_loop(indent, [f"for (int64_t j = 0; j < {n}; ++j) {{", f"  const int64_t {r0} = {start} + j;"],
+                accs, mine, stores, w.flat_r(), pre, per_row=True)
 
 
 def fold_lanes(w, indent: str, a: Accumulator, lanes: Accumulator, count: int) -> None:
