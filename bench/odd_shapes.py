@@ -71,6 +71,10 @@ def cases(device: str = "cpu") -> dict:
                                                                torch.randint(-99, 99, (4000, 4001), generator=g, dtype=torch.int32).to(device))),
         "clamp pow 3000x3001": (lambda x: x.clamp(-1, 1).pow(3) + x.abs().sqrt(), (randn(3000, 3001),)),
         "batchnorm stats NCHW 32x64x56x56": (lambda x: (x.mean((0, 2, 3)), x.var((0, 2, 3))), (randn(32, 64, 56, 56),)),
+        "batchnorm stats NCHW 32x512x7x7": (lambda x: (x.mean((0, 2, 3)), x.var((0, 2, 3))), (randn(32, 512, 7, 7),)),
+        "batchnorm train relu NCHW 32x64x56x56": (lambda x, w, b: F.relu(F.batch_norm(x, None, None, w, b, training=True)),
+                                                  (randn(32, 64, 56, 56), randn(64), randn(64))),
+        "batchnorm train NCHW 64x256x14x14": (lambda x: F.batch_norm(x, None, None, training=True), (randn(64, 256, 14, 14),)),
         "softmax dim1 NCHW 16x21x128x128": (lambda x: torch.softmax(x, 1), (randn(16, 21, 128, 128),)),
         "logsumexp 1000x10007": (lambda x: torch.logsumexp(x, -1), (randn(1000, 10007),)),
     }

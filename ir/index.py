@@ -467,6 +467,19 @@ def _matching_divmod(divs, mods):
     return None
 
 
+def stride_along(index: Index, v: Var) -> int | None:
+    """The coefficient of ``v`` in an affine flat index (0 if absent), None if the index has an
+    indirect position, or ``v`` appears other than as a term of its own (in a product, under a
+    division or a modulo)."""
+    coefficient = 0
+    for monomial, c in index.terms:
+        if monomial == (v,):
+            coefficient += c
+        elif any(isinstance(a, Indirect) or v in Index.of(a).atoms() for a in monomial):
+            return None
+    return coefficient
+
+
 def sym(name: str) -> Index:
     """A symbolic size as an index expression."""
     return Index.of(Sym(name))

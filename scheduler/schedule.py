@@ -1,7 +1,7 @@
 """The schedule of a graph: kernels and extern calls in order, and which buffers need memory."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ir.nodes import Buffer, BufferKind, Extern, Graph
 from .fusion import AcrossRows, always, build_kernel, extern_buffers, group_nodes, inline_pointwise, never, node_reads
@@ -9,6 +9,7 @@ from .kernel import Kernel
 from .memory import MemoryPlan, plan_memory
 from .one_hot import fold_one_hot_sums
 from .online_softmax import flush_exp_terms
+from .split_runs import split_into_runs
 
 Step = Kernel | Extern
 
@@ -33,11 +34,13 @@ class Schedule:
 
 
 def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: AcrossRows | bool = False,
-             store_tables: bool = True) -> Schedule:
+             store_tables: bool = True, split_runs: bool = False) -> Schedule:
     """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory;
     ``across_rows``: whether the backend runs reductions across the rows of a kernel reducing the
     given dims (``Backend.reduces_across_rows``; True or False: always or never); ``store_tables``:
-    transcendental values broadcast to many points are stored once (``fusion.inline_pointwise``)."""
+    transcendental values broadcast to many points are stored once (``fusion.inline_pointwise``);
+    ``split_runs``: reductions whose rows are runs far apart become partials and their combine
+    (``split_runs.py``)."""
     nodes = inline_pointwise(graph, store_tables)
     groups = group_nodes(nodes, across_rows if callable(across_rows) else (always if across_rows else never))
     outputs = {o.buffer for o in graph.outputs}
@@ -45,6 +48,7 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
     reads_by_group = {g.index: set().union(*(node_reads(n) for n in g.nodes)) for g in groups}
     steps: list[Step] = []
     stored: set[str] = set()
+    buffers = dict(graph.buffers)
     kernel_count = 0
     for g in groups:
         if g.shape is None:
@@ -58,8 +62,12 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
             continue  # dead code
         kernel = flush_exp_terms(fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")))
         kernel_count += 1
-        steps.append(kernel)
-        stored |= set(kernel.outputs)
-    intermediates = sorted(b for b in stored if graph.buffers[b].kind is BufferKind.INTERMEDIATE)
-    memory = plan_memory(steps, intermediates, graph.buffers) if plan else MemoryPlan()
-    return Schedule(graph, steps, intermediates, graph.buffers, memory)
+        kernels, added = split_into_runs(kernel) if split_runs else ([kernel], {})
+        buffers |= added
+        steps += kernels
+        stored |= {o for k in kernels for o in k.outputs}
+    if len(buffers) > len(graph.buffers):
+        graph = replace(graph, buffers=buffers)
+    intermediates = sorted(b for b in stored if buffers[b].kind is BufferKind.INTERMEDIATE)
+    memory = plan_memory(steps, intermediates, buffers) if plan else MemoryPlan()
+    return Schedule(graph, steps, intermediates, buffers, memory)

@@ -1,5 +1,5 @@
 """Pointwise kernels whose inner dims every access walks as one run are written over one dim
-(``backends/cpp/merge_dims.py``): which dims merge, and that the results are eager's."""
+(``scheduler/merge_dims.py``): which dims merge, and that the results are eager's."""
 import re
 
 import pytest

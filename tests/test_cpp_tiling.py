@@ -6,7 +6,8 @@ import torch
 import loopnest as ln
 from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
-from loopnest.backends.cpp.tiling import stride_along, transposed_dim
+from loopnest.backends.cpp.tiling import transposed_dim
+from loopnest.ir.index import stride_along
 from loopnest.ir import dtypes as dt
 from loopnest.ir.expr import Const
 from loopnest.ir.index import Index, Indirect, floordiv, var

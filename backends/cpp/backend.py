@@ -37,6 +37,7 @@ class CppBackend:
     hardware_kind = HardwareKind.CPU
     can_prebuild = True
     stores_broadcast_tables = True  # a cosine table recomputed for every batch and head costs libm calls
+    splits_runs = False
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         return this_cpu()

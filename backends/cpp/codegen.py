@@ -21,9 +21,9 @@ from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from . import column_rows, piecewise, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
-from .blocked_sums import BlockedSums, column_step, open_blocks, row_step
+from .blocked_sums import BlockedSums, column_step, one_trip, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
-from .merge_dims import merged_inner_dims, merged_reduced_dims
+from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
@@ -184,10 +184,10 @@ def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> st
 
 def as_written(kernel: Kernel) -> Kernel:
     """The kernel the writer renders: reduced dims that every access walks as one run are one dim
-    (``merge_dims.py``); a row kernel computes Welford over short rows in two passes
+    (``scheduler/merge_dims.py``); a row kernel computes Welford over short rows in two passes
     (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``); a
     pointwise kernel runs inner dims that every access walks as one run as one dim
-    (``merge_dims.py``)."""
+    (``scheduler/merge_dims.py``)."""
     kernel = merged_reduced_dims(kernel)
     if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
         return reuse_stored_values(two_pass_welford(kernel))
@@ -627,7 +627,10 @@ class KernelWriter:
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
-        self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+        if one_trip(lo, hi) and len(rv) > 1:
+            self.out(indent, f"{{ const int64_t {r0} = {lo};")
+        else:
+            self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
         inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
         self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)

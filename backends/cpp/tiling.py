@@ -10,23 +10,10 @@ contiguous runs of TILE elements.
 from __future__ import annotations
 
 from ...ir.expr import Load, walk
-from ...ir.index import Index, Indirect, Var, as_var
+from ...ir.index import as_var, stride_along
 from ...scheduler.kernel import Kernel
 
 TILE = 16  # elements a side: one 64-byte line of float32 along the input's contiguous dim
-
-
-def stride_along(index: Index, v: Var) -> int | None:
-    """The coefficient of ``v`` in an affine flat index (0 if absent), None if the index has an
-    indirect position, or ``v`` appears other than as a term of its own (in a product, under a
-    division or a modulo)."""
-    coefficient = 0
-    for monomial, c in index.terms:
-        if monomial == (v,):
-            coefficient += c
-        elif any(isinstance(a, Indirect) or v in Index.of(a).atoms() for a in monomial):
-            return None
-    return coefficient
 
 
 def transposed_dim(kernel: Kernel) -> int | None:

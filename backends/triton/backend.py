@@ -38,6 +38,7 @@ class TritonBackend:
     name = "triton"
     hardware_kind = HardwareKind.CUDA
     stores_broadcast_tables = False  # recomputing on the GPU's special-function units beats another launch
+    splits_runs = True  # a batch norm's C rows would leave most SMs idle (``scheduler/split_runs.py``)
 
     @property
     def device(self) -> str:

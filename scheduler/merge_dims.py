@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...ir.expr import IndexValue, Load, substitute_vars, walk
-from ...ir.index import Index, Var, as_var
-from ...ir.nodes import KStore
-from ...scheduler.kernel import Kernel
-from .tiling import stride_along
+from ..ir.expr import IndexValue, Load, substitute_vars, walk
+from ..ir.index import Index, Var, as_var, stride_along
+from ..ir.nodes import KStore
+from .kernel import Kernel
 
 
 def merged_inner_dims(kernel: Kernel) -> Kernel:
