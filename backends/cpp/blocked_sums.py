@@ -83,7 +83,7 @@ def row_step(printer, rdomain) -> str | None:
 def open_blocks(w, indent: str, lo: str, hi: str, step: str) -> tuple[str, str, str]:
     """Open the loop over blocks of ``step`` iterations of [lo, hi) in writer ``w``; returns the
     indent, first and end of the block's own loop (``rb_ + 1`` for blocks of one iteration,
-    which ``one_trip`` recognizes)."""
+    which ``block_loop`` recognizes)."""
     if step == "1":
         w.out(indent, f"for (int64_t rb_ = {lo}; rb_ < {hi}; ++rb_) {{")
         return indent + "  ", "rb_", "rb_ + 1"
@@ -92,9 +92,11 @@ def open_blocks(w, indent: str, lo: str, hi: str, step: str) -> tuple[str, str, 
     return indent + "  ", "rb_", "re_"
 
 
-def one_trip(lo: str, hi: str) -> bool:
-    """Whether [lo, hi) is one iteration, as ``open_blocks`` writes a block of one. The loop over
-    it is then written as a plain assignment: g++ 12 keeps an ``omp simd`` loop nested in a loop
-    of one trip scalar (a mean over (N, H, W) of 32 x 64 x 56 x 56 activations, whose runs of
-    3136 make blocks of one, ran scalar at 8.8 ms; with 28 x 28 images, blocks of two, 1.0 ms)."""
-    return hi == f"{lo} + 1"
+def block_loop(var: str, lo: str, hi: str) -> str:
+    """The head of the loop of ``var`` over [lo, hi), a block's own loop: an assignment when the
+    block is one iteration (``open_blocks``). g++ 12 keeps an ``omp simd`` loop nested in a loop
+    of one trip scalar (a mean over (N, H, W) of 32 x 64 x 56 x 56 activations, whose runs of 3136
+    make blocks of one, ran scalar at 8.8 ms; with 28 x 28 images, blocks of two, at 1.0 ms)."""
+    if hi == f"{lo} + 1":
+        return f"{{ const int64_t {var} = {lo};"
+    return f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var}) {{"

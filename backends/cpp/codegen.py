@@ -21,7 +21,7 @@ from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from . import column_rows, piecewise, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
-from .blocked_sums import BlockedSums, column_step, one_trip, open_blocks, row_step
+from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
@@ -627,10 +627,7 @@ class KernelWriter:
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)
-        if one_trip(lo, hi) and len(rv) > 1:
-            self.out(indent, f"{{ const int64_t {r0} = {lo};")
-        else:
-            self.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+        self.out(indent, block_loop(r0, lo, hi))
         inner = self.open_loops(rv[1:], sizes[1:], indent + "  ", pragma)
         self.body(inner, accs, mine, stores, self.flat_r(), per_row=True, pre=pre, deferred=deferred)
         self.close_loops(len(rv), inner)
@@ -703,7 +700,7 @@ class KernelWriter:
                 column_rows.write_rows(self, blocks, as_var(rv[0]).name, lo, hi, head, body, column_rows.ROWS_PER_PASS)
             else:
                 r0 = as_var(rv[0]).name
-                self.out(blocks, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+                self.out(blocks, block_loop(r0, lo, hi))
                 inner = self.open_loops(rv[1:], self.k.rdomain[1:], blocks + "  ")
                 self.out(inner, *head)
                 body(inner + "  ")

@@ -17,7 +17,7 @@ from ...ir.index import as_var, product
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .across import close_partials, open_partials, thread_total
-from .blocked_sums import BlockedSums, column_step, open_blocks
+from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks
 from .checks import rows_may_split
 from . import column_rows
 from .params import CppConfig
@@ -99,7 +99,7 @@ def write_split_rows(w) -> None:
         wide = k.pdomain[0].as_int() * column_state_bytes(k) > SMALL_PARTIALS_BYTES
         column_rows.write_rows(w, rows, first, lo, hi, head, body, column_rows.ROWS_PER_PASS if wide else 1)
     else:
-        w.out(rows, f"for (int64_t {first} = {lo}; {first} < {hi}; ++{first}) {{")
+        w.out(rows, block_loop(first, lo, hi))
         inner = w.open_loops(rv[1:], k.rdomain[1:], rows + "  ")
         w.out(inner, *head)
         body(inner + "  ")
