@@ -42,6 +42,9 @@ STRIDED = {  # name: (fn, shape at GPU size, shape for --small)
     "sum_dim0_narrow": (lambda x: x.sum(0), (262144, 1024), (300, 8)),
     "mean_dim0_3d": (lambda x: x.mean(0), (256, 1024, 128), (9, 8, 16)),
 }
+SHORT = {  # reductions over a short strided dim, the row held whole: name: (fn, shape, shape for --small)
+    "softmax_dim1_nchw": (lambda x: torch.softmax(x, 1), (16, 21, 128, 128), (2, 5, 8, 8)),
+}
 ACROSS = ("layernorm_train", "rmsnorm_train_bf16")  # their backward kernel that reduces across rows
 ROWS = ("layernorm", "rmsnorm_bf16", "add_layernorm")  # suite rows reduced along contiguous rows
 
@@ -67,6 +70,12 @@ def across_grid(default: TritonConfig, count: int, seed: int = 0) -> list[tuple[
     for x, w, s, p in rng.sample(points, min(count, len(points))):
         out.add((TritonConfig(XBLOCK=x, RBLOCK=default.RBLOCK, num_warps=w, num_stages=s), p))
     return sorted(out, key=lambda c: (json.dumps(c[0].to_json()), c[1]))
+
+
+def short_grid(row: int) -> list[tuple[TritonConfig, int]]:
+    """Persistent tiles of the whole short row by 32-1024 rows (the rows' dim contiguous), 2-16 warps."""
+    return [(TritonConfig(XBLOCK=x, RBLOCK=next_pow2(row), num_warps=w, strategy=Strategy.PERSISTENT), 0)
+            for x in (32, 64, 128, 256, 512, 1024) for w in (2, 4, 8, 16) if x * next_pow2(row) <= 32768]
 
 
 def rows_grid(row: int) -> list[tuple[TritonConfig, int]]:
@@ -135,7 +144,7 @@ def main() -> int:
     p.add_argument("--configs", type=int, default=60)
     p.add_argument("--copy-gbs", type=float, default=4281.0)
     p.add_argument("--small", action="store_true", help="interpreter-sized shapes")
-    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(ACROSS) + list(ROWS))
+    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(SHORT) + list(ACROSS) + list(ROWS))
     opts = p.parse_args()
     for name in opts.cases:
         if name in ACROSS:
@@ -149,6 +158,11 @@ def main() -> int:
             args = w.inputs("tiny" if opts.small else "gpu", device=registry.get("triton").device)
             result = run_case(SweepTarget(name, w.fn, args), lambda ks: ks[0], rows_grid(next_pow2(args[0].shape[-1])),
                               opts.copy_gbs, peer_us(w.fn, *args))
+        elif name in SHORT:
+            fn, shape, small = SHORT[name]
+            x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)
+            result = run_case(SweepTarget(name, fn, (x,)), lambda ks: ks[0], short_grid(x.shape[1]),
+                              opts.copy_gbs, peer_us(fn, x))
         else:
             fn, shape, small = STRIDED[name]
             x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import loads
-from ...ir.index import Index, Mod, Var, as_var, floordiv, mod, product
+from ...ir.index import Index, Mod, Var, as_var, floordiv, mod, product, stride_along
 from ...scheduler.kernel import Kernel
 
 
@@ -98,10 +98,16 @@ def transposed_split(kernel: Kernel) -> int | None:
     many leading dims form the ``y`` axis of a 2D tile so both stay coalesced (else None)."""
     if kernel.reductions or len(kernel.pdomain) < 2:
         return None
-    position = {as_var(v): k for k, v in enumerate(kernel.pvars())}
+    pvars = [as_var(v) for v in kernel.pvars()]
+    position = {v: k for k, v in enumerate(pvars)}
     stored, loaded = _accesses(kernel)
     inner = {position.get(contiguous_var(kernel, b, i)) for b, i in stored} - {None}
-    other = {position.get(contiguous_var(kernel, b, i)) for b, i in loaded} - {None}
+    # a load that stays put along every stored row (a per-channel statistic) is one broadcast
+    # address per warp, coalesced in any tile; it must not turn 1D tiles into 2D ones
+    along = [pvars[k] for k in inner]
+    moving = [(b, i) for b, i in loaded
+              if any(stride_along(kernel.buffers[b].layout.flat_index(i), v) != 0 for v in along)]
+    other = {position.get(contiguous_var(kernel, b, i)) for b, i in moving} - {None}
     if not inner or not other or other <= inner:
         return None
     dims = sorted(inner | other)
