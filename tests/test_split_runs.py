@@ -98,3 +98,21 @@ def test_combined_variance_is_stable_far_from_zero(monkeypatch):
     want_var, want_mean = torch.var_mean(x.double(), (0, 2))
     torch.testing.assert_close(var.double(), want_var, rtol=1e-3, atol=0)
     torch.testing.assert_close(mean.double(), want_mean, rtol=1e-7, atol=0)
+
+
+def test_symbolic_sizes_stay_one_kernel():
+    """The split needs the run's length and the partials' count: sizes known only at run time
+    keep the kernel whole."""
+    x = ln.placeholder("x", ("n", 6, 5, 7), ln.float32)
+    assert len(split_kernels([ln.sum(x, (0, 2, 3))], [x])) == 1
+
+
+def test_partials_are_intermediates_of_the_schedule():
+    """The partial and statistic buffers are allocated by the runtime like any intermediate."""
+    x = ln.placeholder("x", (4, 6, 5, 7), ln.float32)
+    mean = ln.mean(x, (0, 2, 3), keepdim=True)
+    layouts = {x.src.name: Layout.contiguous(x.shape)}
+    sched = schedule(GraphBuilder(layouts).build([x], [x - mean]), "k", split_runs=True)
+    added = [b for b in sched.intermediates if "_part" in b or "_stat" in b]
+    assert sorted(b.rsplit("_", 1)[1] for b in added) == ["part0", "stat0"]  # a sum: one output
+    assert all(b in sched.graph.buffers for b in added)
