@@ -16,6 +16,7 @@ from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
 from ...ir.index import Index, Indirect, Sym, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
+from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
 from . import column_rows, piecewise, row_lanes, vector_blocks
@@ -23,7 +24,6 @@ from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
-from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
