@@ -19,7 +19,7 @@ from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
-from . import column_rows, piecewise, row_lanes, vector_blocks
+from . import column_rows, piecewise, position_lanes, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks, row_step
@@ -596,6 +596,12 @@ class KernelWriter:
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
+        n = position_lanes.positions(self.k, self.own(mine), stores) if pragma is not None else None
+        if n is not None:  # short runs: one partial per position (position_lanes.py)
+            position_lanes.write(self, indent, accs, self.own(mine), pre, lo, hi, n)
+            for a in self.own(mine):
+                self.out(indent, *a.finish())
+            return {a.r.name: a for a in self.own(mine)}
         sums = BlockedSums(self.own(mine))
         step = row_step(self.c, sizes) if sums else None
         outer = indent
