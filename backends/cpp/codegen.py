@@ -594,14 +594,19 @@ class KernelWriter:
         pre = self.hoisted(indent, accs, self.phase_exprs(mine, stores), self.k.rvars())
         clauses = [c for a in self.own(mine) for c in (a.simd_clauses() or ["-"])]
         pragma = None if "-" in clauses else "#pragma omp simd " + " ".join(clauses)
-        rv, sizes = self.k.rvars(), list(self.k.rdomain)
-        r0 = as_var(rv[0]).name
         n = position_lanes.positions(self.k, self.own(mine), stores) if pragma is not None else None
         if n is not None:  # short runs: one partial per position (position_lanes.py)
             position_lanes.write(self, indent, accs, self.own(mine), pre, lo, hi, n)
-            for a in self.own(mine):
-                self.out(indent, *a.finish())
-            return {a.r.name: a for a in self.own(mine)}
+        else:
+            self.blocked_row_loops(indent, accs, mine, stores, pre, pragma, lo, hi)
+        for a in self.own(mine):
+            self.out(indent, *a.finish())
+        return {a.r.name: a for a in self.own(mine)}
+
+    def blocked_row_loops(self, indent, accs, mine, stores, pre, pragma, lo, hi) -> None:
+        """The phase's loop over the reduced dims (lane arrays or ``row_loop``), in blocks whose
+        float sums fold into doubles where the row outgrows one (``blocked_sums.py``)."""
+        rv, sizes = self.k.rvars(), list(self.k.rdomain)
         sums = BlockedSums(self.own(mine))
         step = row_step(self.c, sizes) if sums else None
         outer = indent
@@ -613,7 +618,7 @@ class KernelWriter:
                  and row_lanes.takes_lanes(self.k, self.cfg, calls))
         if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
             self.out(indent, "{")
-            row_lanes.write_lanes(self, indent + "  ", accs, mine, stores, pre, r0, lo, hi,
+            row_lanes.write_lanes(self, indent + "  ", accs, mine, stores, pre, as_var(rv[0]).name, lo, hi,
                                   row_lanes.lane_count(self.k, self.cfg), calls)
             self.out(indent, "}")
         else:
@@ -621,9 +626,6 @@ class KernelWriter:
         if step is not None:
             self.out(indent, *sums.fold())
             self.out(outer, "}", *sums.finish())
-        for a in self.own(mine):
-            self.out(outer, *a.finish())
-        return {a.r.name: a for a in self.own(mine)}
 
     def row_loop(self, indent, accs, mine, stores, pre, pragma, lo, hi) -> None:
         """One loop over the reduced dims from ``lo`` to ``hi``: ``omp simd`` with ``pragma``'s

@@ -40,11 +40,10 @@ def write(w, indent: str, accs: dict, mine: list[Accumulator], pre, lo: str, hi:
     inner = indent + "  "
     for lane in lanes:
         w.out(inner, *lane.declare(str(n)))
-    w.out(inner, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{",
-          "  #pragma omp simd", f"  for (int64_t {r1} = 0; {r1} < {n}; ++{r1}) {{")
-    w.body(inner + "    ", {**accs, **{lane.r.name: lane for lane in lanes}}, lanes, [], w.flat_r(),
-           per_row=True, pre=pre)
-    w.out(inner, "  }", "}")
+    w.out(inner, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+    w.simd_loop(inner + "  ", [f"for (int64_t {r1} = 0; {r1} < {n}; ++{r1}) {{"],
+                {**accs, **{lane.r.name: lane for lane in lanes}}, lanes, [], w.flat_r(), pre, per_row=True)
+    w.out(inner, "}")
     for a, lane in zip(mine, lanes):
         w.out(inner, f"for (int64_t j = 0; j < {n}; ++j) {{", *("  " + s for s in a.combine(lane, "[j]")), "}")
     w.out(indent, "}")
