@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.expr import AccRef, Apply, Const, Expr, Load, loads, rewrite, substitute_vars
+from ..ir.expr import AccRef, Apply, Const, Expr, Load, loads, rewrite, substitute_vars, walk
 from ..ir.index import Index, as_var, product, stride_along
 from ..ir.nodes import Buffer, KReduction, KStore, Layout, domain_vars
 from ..ir.ops import Op, ReduceOp
@@ -98,16 +98,10 @@ def _memory_order(dims: list[Index], flat: Index) -> list[Index]:
     return sorted(dims, key=lambda v: -(stride_along(flat, as_var(v)) or 0))
 
 
-def _size(kernel: Kernel, v: Index) -> Index:
-    """The size of ``kernel``'s loop variable ``v``."""
-    domain = list(zip(kernel.pvars(), kernel.pdomain)) + list(zip(kernel.rvars(), kernel.rdomain))
-    return next(size for var, size in domain if var == v)
-
-
 def _partials(name: str, merged: Kernel, order: list[Index]) -> tuple[Kernel, dict[tuple[str, int], Buffer]]:
     """The kernel reducing each run, its rows in ``order``, and the buffers (one per reduction
     output, keyed by (reduction, output)) it stores."""
-    pdomain = tuple(_size(merged, v) for v in order)
+    pdomain = tuple(as_var(v).size for v in order)
     new_p = domain_vars(pdomain, "p")
     (new_r,) = domain_vars(merged.rdomain[-1:], "r")
     mapping = {as_var(v): p for v, p in zip(order, new_p)} | {as_var(merged.rvars()[-1]): new_r}
@@ -176,16 +170,9 @@ def _welford_combine(r: KReduction, parts, index: tuple[Index, ...], count: int,
 
 def _read_by_element_stores(kernel: Kernel) -> dict[tuple[str, int], AccRef]:
     """The reduction outputs ``kernel``'s element stores read, by (reduction, output)."""
-    found: dict[tuple[str, int], AccRef] = {}
-
-    def note(node: Expr, _) -> None:
-        if isinstance(node, AccRef):
-            found[(node.name, node.output)] = node
-        return None
-
-    for s in kernel.elem_stores:
-        rewrite(s.value, note)
-    return found
+    found = {(node.name, node.output): node for s in kernel.elem_stores for node in walk(s.value)
+             if isinstance(node, AccRef)}
+    return dict(sorted(found.items()))
 
 
 def _apply(kernel: Kernel, stats: dict[tuple[str, int], Buffer]) -> Kernel:
@@ -194,7 +181,7 @@ def _apply(kernel: Kernel, stats: dict[tuple[str, int], Buffer]) -> Kernel:
     first = kernel.elem_stores[0]
     dims = _memory_order(list(kernel.pvars() + kernel.rvars()),
                          kernel.buffers[first.buffer].layout.flat_index(first.index))
-    domain = tuple(_size(kernel, v) for v in dims)
+    domain = tuple(as_var(v).size for v in dims)
     new_p = domain_vars(domain, "p")
     mapping = {as_var(v): p for v, p in zip(dims, new_p)}
     row = tuple(i.subs(mapping) for i in kernel.pvars())

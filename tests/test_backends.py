@@ -326,10 +326,11 @@ KERNEL_SPREAD = {
 H200 = HardwareInfo("cuda", "NVIDIA H200", "sm_90", 132, 141 << 30)
 
 
-def kernels_of(outputs, inputs, name="k"):
-    """The scheduled kernels of DSL ``outputs`` over contiguous ``inputs`` (no tensors needed)."""
+def kernels_of(outputs, inputs, name="k", **options):
+    """The scheduled kernels of DSL ``outputs`` over contiguous ``inputs`` (no tensors needed);
+    ``options`` go to ``schedule``."""
     layouts = {p.src.name: Layout.contiguous(p.shape) for p in inputs}
-    return schedule(GraphBuilder(layouts).build(inputs, outputs), name).kernels
+    return schedule(GraphBuilder(layouts).build(inputs, outputs), name, **options).kernels
 
 
 def spread_kernels(name):

@@ -11,11 +11,11 @@ from loopnest.ir.nodes import Layout
 from loopnest.dsl.build import GraphBuilder
 from loopnest.scheduler.schedule import schedule
 from conftest import assert_close
+from test_backends import kernels_of
 
 
 def split_kernels(outputs, inputs):
-    layouts = {p.src.name: Layout.contiguous(p.shape) for p in inputs}
-    return schedule(GraphBuilder(layouts).build(inputs, outputs), "k", split_runs=True).kernels
+    return kernels_of(outputs, inputs, split_runs=True)
 
 
 def sizes(domain):
