@@ -105,7 +105,8 @@ def rmsnorm_kernel(rows, cols, dtype):
 def test_streamed_half_precision_rows_equal_plain_stores(dtype, offset):
     kernel = rmsnorm_kernel(19, 256, getattr(ln, str(dtype).removeprefix("torch.")))
     code = generate(kernel, CppConfig(stores="stream"))
-    assert STREAMED in code and "rb_ += 32" in code  # 32 halves: one 64-byte line per block
+    # 32 halves: one 64-byte line per block (float16 rows run in blocks of their own: row_blocks.py)
+    assert STREAMED in code and ("rb_ += 32" in code or "r0b_ += 32" in code)
     gen = torch.Generator().manual_seed(offset)
     inputs = {"x": torch.randn(19, 256, generator=gen).to(dtype), "w": torch.randn(256, generator=gen).to(dtype)}
     outs = []

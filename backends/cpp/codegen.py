@@ -19,7 +19,7 @@ from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
 from ..emitter import ExprEmitter, IndexPrinter
 from ..names import BUFFER, KERNEL, SYMBOL, mangle
-from . import column_rows, piecewise, position_lanes, row_lanes, vector_blocks
+from . import column_rows, half_blocks, piecewise, position_lanes, row_blocks, row_lanes, vector_blocks
 from .accumulators import Accumulator
 from .across import AcrossRows
 from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks, row_step
@@ -61,6 +61,7 @@ class CppEmitter(ExprEmitter):
         self.deferred: list[Deferred] | None = None  # a list: check varying indices after the loop
         self.indirect: dict[Indirect, str] = {}
         self.guards: dict[Indirect, str] = {}  # checked indices whose failure must skip the load
+        self.staged_stores: dict[tuple, str] = {}  # (buffer, index) -> a block array's element (half_blocks.py)
         self.index = IndexPrinter(self._atom)
 
     def _atom(self, a) -> str:
@@ -73,6 +74,7 @@ class CppEmitter(ExprEmitter):
         self.cache.update(other.cache)
         self.indirect.update(other.indirect)
         self.guards.update(other.guards)
+        self.staged_stores.update(other.staged_stores)
         return self
 
     def prepare_indirect(self, index: Index) -> None:
@@ -170,6 +172,10 @@ class CppEmitter(ExprEmitter):
         if dtype.is_low_precision and isinstance(value, Apply) and value.op is Op.CAST and value.dtype == dtype:
             value = value.args[0]  # the store rounds once; rounding twice would give the same bits
         v = self.emit(value)
+        staged = self.staged_stores.get((buffer, index))
+        if staged is not None:  # a float the block rounds after its loop
+            self.lines.append(f"{self.indent}{staged} = {v};")
+            return
         if value.dtype not in (dtype, dt.compute_dtype(dtype)):  # store_value rounds a compute value
             v = render_cast(v, value.dtype, dtype)
         target = mangle(BUFFER, buffer)
@@ -375,9 +381,13 @@ class KernelWriter:
         tiled = transposed_dim(self.k)
         if tiled is not None:
             return self.pointwise_blocks(tiled)
-        calls = vector_blocks.math_calls(s.value for s in self.k.elem_stores) if pv else []
-        if calls:
-            return self.pointwise_math_blocks(calls)
+        values = [s.value for s in self.k.elem_stores]
+        calls = vector_blocks.math_calls(values) if pv else []
+        staging = half_blocks.Staging()
+        if pv and not vector_blocks.indirect(values):
+            staging = half_blocks.plan(self.k, values, self.k.elem_stores, as_var(pv[-1]), self.names)
+        if calls or staging:
+            return self.pointwise_math_blocks(calls, staging)
         outer, pre = self.outer_loops()
         if len(pv) > 1:
             self.innermost_loops(outer, pre)
@@ -412,11 +422,12 @@ class KernelWriter:
                 self.out(outer, "}")
 
     def simd_loop(self, indent: str, header: list[str], accs, mine, stores, position: str, pre,
-                  per_row: bool = False) -> None:
+                  per_row: bool = False, pragma: str = "#pragma omp simd") -> None:
         """An ``omp simd`` loop at ``indent`` (``header``: its ``for`` line and what it declares
-        first) whose body updates ``mine`` and does ``stores``, with its deferred checks."""
+        first; ``pragma``: its pragma, with any reduction clauses) whose body updates ``mine``
+        and does ``stores``, with its deferred checks."""
         pragma_at, deferred = len(self.lines), []
-        self.out(indent, "#pragma omp simd", *header)
+        self.out(indent, pragma, *header)
         self.body(indent + "  ", accs, mine, stores, position, per_row=per_row, pre=pre, deferred=deferred)
         self.out(indent, "}")
         self.finish_deferred(deferred, pragma_at, indent)
@@ -432,9 +443,10 @@ class KernelWriter:
         outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
         return outer, self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
 
-    def pointwise_math_blocks(self, calls) -> None:
-        """The innermost loop in blocks whose math runs inline (``vector_blocks.py``), then the
-        elements after the last block through the plain loop."""
+    def pointwise_math_blocks(self, calls, staging: half_blocks.Staging) -> None:
+        """The innermost loop in blocks whose math runs inline (``vector_blocks.py``) and whose
+        halves convert a vector at a time (``half_blocks.py``), then the elements after the last
+        block through the plain loop."""
         pv, sizes = self.k.pvars(), self.k.pdomain
         inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.block_size(self.k)
         start = f"{inner}_b"
@@ -447,10 +459,14 @@ class KernelWriter:
             grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
             self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
-        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, pre, count=step)
+        half_blocks.convert_loads(self, outer + "  ", staging, inner, start, step)
+        staged = half_blocks.staged_emitter(self.emitter(outer + "  ", {}), staging, "j_")
+        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, staged.inherit(pre) if pre
+                                             else staged, count=step)
         vector_blocks.open_lanes(self, outer + "  ", inner, start, step)
         self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
         self.out(outer + "  ", "}")
+        half_blocks.convert_stores(self, outer + "  ", staging, inner, start, step)
         self.out(outer, "}")
         if sizes[-1].as_int() is None or sizes[-1].as_int() % step:  # else no element is left
             self.out(outer, "#pragma omp simd", f"for (int64_t {inner} = {tail}; {inner} < {n}; ++{inner}) {{")
@@ -632,6 +648,13 @@ class KernelWriter:
         reduction clauses where the row is one dim, streamed stores where the phase only stores."""
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
+        exprs = self.phase_exprs(mine, stores)
+        if len(rv) == 1 and pragma and not vector_blocks.indirect(exprs):
+            staging = half_blocks.plan(self.k, exprs, stores, as_var(rv[0]), self.names)
+            hoisted = pre.cache if pre is not None else {}  # a row's own values: computed once
+            calls = [c for c in vector_blocks.math_calls(exprs) if c not in hoisted]
+            if row_blocks.wanted(self, mine, stores, staging, calls):  # (row_blocks.py)
+                return row_blocks.write(self, indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)

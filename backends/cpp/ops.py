@@ -120,7 +120,7 @@ def vecmath_source(code: str) -> str:
     """vecmath.h with the functions ``code`` calls instantiated (each costs g++ time: only those)."""
     used = [f"LN_VECMATH({name}, {impl})" for name, impl in VECMATH.values()
             if f"{name}(" in code or f"lnv::{impl}(" in code]
-    return VECMATH_HEADER + "\n".join(used) + "\n" if used else ""
+    return VECMATH_HEADER + "\n".join(used) + "\n" if used or "lnv::blocks<" in code else ""
 
 
 def simd_declarations() -> str:
@@ -236,6 +236,40 @@ static inline uint16_t ln_f_to_f16(float f) {  // round to nearest even; NaN -> 
   uint32_t h = x < 0x38800000u ? subu - 0x3f000000u : normal;
   h = x >= 0x47800000u ? (x > 0x7f800000u ? 0x7e00u : 0x7c00u) : h;  // overflow to inf; NaN stays NaN
   return (uint16_t)(h | sign);
+}
+// N halves <-> floats a vector at a time (half_blocks.py): vcvtph2ps / vcvtps2ph where the target
+// has them (F16C, AVX-512), W the kernel's vector width in floats; the integer spelling otherwise.
+template <int W, int N> static inline void ln_halves_to_f(const uint16_t* s, float* d) {
+#if defined(__AVX512F__)
+  if constexpr (W == 16 && N % 16 == 0) {
+    for (int i = 0; i < N; i += 16) _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s + i))));
+    return;
+  }
+#endif
+#if defined(__F16C__)
+  if constexpr (N % 8 == 0) {
+    for (int i = 0; i < N; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
+    return;
+  }
+#endif
+  for (int i = 0; i < N; ++i) d[i] = ln_f16_to_f(s[i]);
+}
+template <int W, int N> static inline void ln_f_to_halves(const float* s, uint16_t* d) {
+#if defined(__AVX512F__)
+  if constexpr (W == 16 && N % 16 == 0) {
+    for (int i = 0; i < N; i += 16)
+      _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#endif
+#if defined(__F16C__)
+  if constexpr (N % 8 == 0) {
+    for (int i = 0; i < N; i += 8)
+      _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#endif
+  for (int i = 0; i < N; ++i) d[i] = ln_f_to_f16(s[i]);
 }
 template <class T> static inline T ln_maximum(T a, T b) { return ((a != a) | (a > b)) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return ((a != a) | (a < b)) ? a : b; }

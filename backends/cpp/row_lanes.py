@@ -42,9 +42,9 @@ the noise.
 """
 from __future__ import annotations
 
-from ...ir.index import product
+from ...ir.index import as_var, product
 from ...scheduler.kernel import Kernel
-from . import vector_blocks
+from . import half_blocks, vector_blocks
 from .accumulators import Accumulator
 from .params import CppConfig
 from .streaming import last_level_cache_bytes
@@ -100,11 +100,17 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
     start = f"{r0}l_"
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
+    exprs = w.phase_exprs(mine, stores)
+    staging = half_blocks.Staging() if vector_blocks.indirect(exprs) else \
+        half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[0]), w.names)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
-    step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, pre, accs, count, lane="j") \
-        if calls else pre
+    half_blocks.convert_loads(w, indent + "  ", staging, r0, start, count)
+    staged = half_blocks.staged_emitter(w.emitter(indent + "  ", {}), staging, "j")
+    step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, staged.inherit(pre) if pre else staged,
+                                          accs, count, lane="j")
     lane_accs, lane_mine = {**accs, **states}, [states.get(a.r.name, a) for a in mine]
     _lane_loop(w, indent + "  ", str(count), start, r0, lane_accs, lane_mine, stores, step_pre)
+    half_blocks.convert_stores(w, indent + "  ", staging, r0, start, count)
     w.out(indent, "}")
     _lane_loop(w, indent, f"({hi}) - {start}", start, r0, lane_accs, lane_mine, stores, pre)
     for a in own:

@@ -26,7 +26,7 @@
 //                e = exp(-|x|) for x < 0, so results down to denormals stay accurate.
 // NaN in, NaN out for every function; +-inf give the limits.
 #include <cstdint>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -268,6 +268,33 @@ template <class V> static inline V sigmoid_(V x) {
   V e = exp_(-abs_(x));
   return (x >= 0.0f ? splat<V>(1.0f) : e) / (1.0f + e);
 }
+
+// A float rounded to the nearest float16 (ties to even) and read back, a vector at a time: a cast
+// to half between two ops of a float16 graph (vector_blocks.block_impl). The conversion
+// instructions where the target has them (AVX-512F, F16C), else the prelude's integer spelling
+// per lane; a NaN stays a NaN.
+template <class V> static inline V round_half_lanes(V v) {
+  for (unsigned k = 0; k < sizeof(V) / sizeof(float); ++k) v[k] = ln_f16_to_f(ln_f_to_f16(v[k]));
+  return v;
+}
+#if defined(__AVX512F__)
+static inline f16 round_half_(f16 v) {
+  return (f16)_mm512_cvtph_ps(_mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#else
+static inline f16 round_half_(f16 v) { return round_half_lanes(v); }
+#endif
+#if defined(__F16C__)
+static inline f8 round_half_(f8 v) {
+  return (f8)_mm256_cvtph_ps(_mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline f4 round_half_(f4 v) {
+  return (f4)_mm_cvtph_ps(_mm_cvtps_ph((__m128)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#else
+static inline f8 round_half_(f8 v) { return round_half_lanes(v); }
+static inline f4 round_half_(f4 v) { return round_half_lanes(v); }
+#endif
 
 // f applied in place to N floats in vectors of W lanes (16, 8 or 4; the widest the target has
 // up to W that divides N), inline: generated kernels call it on blocks of their elements
