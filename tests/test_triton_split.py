@@ -210,3 +210,23 @@ def test_split_sync_rows_of_one_program_publish_their_statistics_as_scalars():
     other = _kernel((8, 3000), lambda x: x - ln.sum(x, 1, keepdim=True))  # a plain sum keeps its [1, 1] tile
     one_row = generate(other, TritonConfig(XBLOCK=1, RBLOCK=1024, strategy="split_sync", SPLIT=3), settings)
     assert "tl.reshape(" not in one_row.source
+
+
+@pytest.mark.parametrize("shape, xblock, warps", [
+    ((16, 21, 128, 128), 64, 2),   # softmax over 21 channels: tiles of 64 x 32, two warps
+    ((64, 8, 4096), 256, 2),       # a row of 8: wider along the contiguous dim
+    ((2, 16, 20), 64, 1),          # 40 rows of 16: a tile no wider than the rows (rounded up)
+])
+def test_strided_rows_held_whole_take_tiles_of_about_2048(shape, xblock, warps):
+    """A softmax over a short strided dim (H200, 2026-12-06: 16x21x128x128 at 67 us with 32 x 32
+    tiles on 8 warps, 15.5 us with 64 x 32 on 2, a copy 15.4) holds its rows in ~2048-element
+    tiles, a warp per 1024 elements."""
+    cfg = registry.get("triton").default_config(_kernel(shape, lambda x: softmax(x, 1)))
+    assert cfg.strategy is Strategy.PERSISTENT and cfg.RBLOCK == 1 << (shape[1] - 1).bit_length()
+    assert (cfg.XBLOCK, cfg.num_warps) == (xblock, warps)
+
+
+def test_strided_rows_held_whole_match_eager():
+    x = ln.placeholder("x", (2, 5, 8, 8), ln.float32)
+    a = rand(2, 5, 8, 8)
+    check(run(softmax(x, 1), a, inputs=[x]), torch.softmax(a, 1))

@@ -30,7 +30,10 @@ checked on an H200 (fractions of copy bandwidth in parentheses):
   row tiles give fewer programs than multiprocessors the reduced dim is split (split, a second
   launch combining the partials) into enough programs for four per multiprocessor:
   ``x.sum(0)`` on (262144, 1024), 32 row tiles: 0.23 looped, 0.96 split 32 ways (Inductor 0.94);
-  on (32768, 8192), 256 row tiles, it stays looped: 0.97-0.98, split 4 ways 0.97-1.00 across runs;
+  on (32768, 8192), 256 row tiles, it stays looped: 0.97-0.98, split 4 ways 0.97-1.00 across runs.
+  A strided row of at most 32 is held whole (persistent) in tiles of about 2048 elements, a warp
+  per 1024: softmax over dim 1 of 16x21x128x128, 64 x 32 on 2 warps, 0.66 of copy, as a copy of
+  the input (32 x 32 on 8 warps: 0.15);
 * rows longer than 32768 elements that a later phase reads again to store elementwise results
   (softmax, log_softmax), or rows too few to fill the GPU (fewer than the SMs, at least 8192
   long, 2**22 elements in all): split_sync, each row split across programs of one launch in
@@ -85,6 +88,7 @@ FEW_ROWS_SPLIT_NUMEL = 1 << 22  # ... and hold this many elements in all: a smal
 # and its zeroing launch cost more host time per call than the GPU time the split saves
 STRIDED_SPLIT_NUMEL = 1 << 22  # strided reductions smaller than this never split (a second launch)
 STRIDED_MIN_CHUNKS = 8  # RBLOCK chunks of the reduced dim each program of a split strided reduction takes at least
+STRIDED_HELD_TILE = 2048  # elements per tile of a strided reduction whose row one tile holds
 ROW_TILE = 4096  # elements per persistent row tile (32-bit loads; 16-bit loads take four times as many)
 
 
@@ -198,12 +202,18 @@ def _narrow_streams(kernel: Kernel) -> bool:
 
 
 def _strided(rows: int | None, row: int | None) -> TritonConfig:
-    """Strided reductions: 32x32 tiles, looped; the reduced dim split when the rows' tiles give
-    fewer programs than multiprocessors (see the module docstring)."""
+    """Strided reductions: a row that fits 32 lanes held whole in tiles of ``STRIDED_HELD_TILE``
+    elements, a warp per 1024 (softmax over 21 channels of 16x21x128x128 on an H200: 67 us in
+    32 x 32 tiles on 8 warps, 15.5 us in 64 x 32 on 2, a copy of the input 15.4); longer rows in
+    32x32 tiles, looped, the reduced dim split when the rows' tiles give fewer programs than
+    multiprocessors (see the module docstring)."""
     rblock = min(next_pow2(row), 32) if row else 32
+    if row is not None and row <= rblock:  # the row held whole: ~2048-element tiles, a warp per 1024
+        xblock = max(64, STRIDED_HELD_TILE // rblock)
+        xblock = xblock if rows is None else max(1, min(xblock, next_pow2(rows)))
+        return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=max(1, min(8, xblock * rblock // 1024)),
+                            strategy=Strategy.PERSISTENT)
     xblock = 32 if rows is None else max(1, min(32, next_pow2(rows)))
-    if row is not None and row <= rblock:
-        return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.PERSISTENT)
     split = _strided_split(rows, row, xblock, rblock)
     if split > 1:
         return TritonConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=8, strategy=Strategy.SPLIT, SPLIT=split)
