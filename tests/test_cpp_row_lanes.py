@@ -96,3 +96,28 @@ def test_short_rows_take_lanes_at_one_vector_and_fold_them_in_halves(kind, monke
     a[3, 100], a[5, -1], a[6, 0] = float("nan"), float("inf"), float("-inf")
     (got,) = run(short, CppConfig(threads=2), a)
     torch.testing.assert_close(got, eager(a), rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("cols", [37, 77, 771])  # rests of 5, 13 and 3 after the last full step
+@pytest.mark.parametrize("fn", ["sum", "amax", "layernorm", "softmax"])
+def test_short_rests_fold_into_the_scalar_states(fn, cols):
+    """A rest shorter than a vector updates the scalar states, not the first lanes (row_lanes.py):
+    no lane of the array is written narrower than the fold reads it; results as eager's, NaN rows
+    included."""
+    x = ln.placeholder("x", (33, cols), ln.float32)
+    build = {"sum": lambda t: ln.sum(t, 1), "amax": lambda t: ln.max(t, 1),
+             "layernorm": lambda t: (t - ln.mean(t, 1, keepdim=True)) * ln.rsqrt(
+                 ln.mean((t - ln.mean(t, 1, keepdim=True)) ** 2, 1, keepdim=True) + 1e-5),
+             "softmax": lambda t: softmax(t)}[fn]
+    (kernel,) = kernels_of([build(x)], [x])
+    src = generate(kernel, CppConfig())
+    rest = cols % 32 if cols < 64 else cols % 64
+    rest_loop = f"for (int64_t r0 = {cols - rest}; r0 < {cols}; ++r0)", f"const int64_t r0 = {cols - rest} + j;"
+    assert any(loop in src for loop in rest_loop), src
+    a = torch.randn(33, cols)
+    a[4, cols - 1] = float("nan")  # in the rest
+    a[5, 0] = float("nan")         # in the lanes
+    want = {"sum": lambda t: t.sum(1), "amax": lambda t: t.amax(1),
+            "layernorm": lambda t: torch.nn.functional.layer_norm(t, (cols,)),
+            "softmax": lambda t: torch.softmax(t, 1)}[fn](a)
+    torch.testing.assert_close(ln.compile(build(x), backend="cpp")(a), want, rtol=1e-5, atol=1e-5, equal_nan=True)
