@@ -40,16 +40,16 @@ thread, ``compile_fx``, two runs; before the halving fold and short rows -> afte
 1.67-1.70 -> 2.32-2.34, softmax over 16384 x 64 1.04-1.09 -> 1.45-1.49; rows of 256-2048 within
 the noise.
 
-A row of known length whose rest after the last full step is shorter than a vector (rows of 37,
-77, 771) folds that rest into the scalar states, not into the first lanes: g++ writes those
-lanes with narrower stores (4 floats, then 1), and the fold's first vector load of the array then
-waits for them (a failed store-to-load forward, 41% of a row sum's samples at 200000 x 37). A
-plain loop where the phase calls no math (g++ unrolls it), else ``omp simd`` with the states'
-reduction clauses: 13 scalar exps cost more than the stall. Same host (2026-12-06, two threads,
-7.4M floats, ms before -> after): sum over rows of 37 1.65 -> 0.63, of 77 0.90 -> 0.61; amax of
-37 2.20 -> 0.86; layernorm of 37 5.8 -> 1.6, of 77 3.1 -> 1.3; softmax of 37 6.9 -> 3.4, of 77
-4.1 -> 3.3; logsumexp of 37 9.1 -> 6.4; rows of 100-1000 unchanged. Rows of a whole number of
-steps keep their (empty) rest loop: removing it measured 4% slower on the suite's softmax.
+A row of known length updates the lanes with the whole vectors of its rest after the last full
+step, and folds what is left, less than a vector, into the scalar states (``_scalar_tail``):
+updating the first lanes with it, g++ wrote them with narrower stores (4 floats, then 1), and
+the fold's first vector load of the array waited for them (a failed store-to-load forward, 41%
+of a row sum's samples at 200000 x 37). Same host (2026-12-06, two threads, 7.4M floats, ms
+before -> after): sum over rows of 37 1.65 -> 0.63, of 77 0.90 -> 0.61, of 100 0.72 -> 0.57;
+amax of 37 2.20 -> 0.86, of 100 1.05 -> 0.68; layernorm of 37 5.8 -> 1.6, of 77 3.1 -> 1.3, of
+100 2.5 -> 1.15; softmax of 37 6.9 -> 3.4, of 100 3.7 -> 2.0; logsumexp of 37 9.1 -> 6.4, of
+100 4.7 -> 2.8; rows of 300 and 1000, from memory, unchanged. Rows of a whole number of steps
+keep their (empty) rest loop: removing it measured 4% slower on the suite's softmax.
 """
 from __future__ import annotations
 
@@ -124,18 +124,30 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
     half_blocks.convert_stores(w, indent + "  ", staging, r0, start, count)
     w.out(indent, "}")
     rest = int(hi) % count if lo == "0" and hi.isdigit() else None
-    if not rest or rest >= w.cfg.vector_width // 32:
+    if not rest:
         _lane_loop(w, indent, f"({hi}) - {start}", start, r0, lane_accs, lane_mine, stores, pre)
-    elif calls:  # a known rest shorter than a vector: into the scalar states (see the module docstring)
-        clauses = " ".join(c for a in own for c in a.simd_clauses())
-        w.simd_loop(indent, [f"for (int64_t j = 0; j < {rest}; ++j) {{", f"  const int64_t {r0} = {int(hi) - rest} + j;"],
-                    accs, mine, stores, w.flat_r(), pre, per_row=True, pragma=f"#pragma omp simd {clauses}")
-    else:
-        w.out(indent, f"for (int64_t {r0} = {int(hi) - rest}; {r0} < {hi}; ++{r0}) {{")
-        w.body(indent + "  ", accs, mine, stores, w.flat_r(), per_row=True, pre=pre)
-        w.out(indent, "}")
+    else:  # a row of known length: whole vectors of its rest into lanes, the rest of those into the states
+        tail = rest % (w.cfg.vector_width // 32)
+        if rest > tail:
+            _lane_loop(w, indent, str(rest - tail), str(int(hi) - rest), r0, lane_accs, lane_mine, stores, pre)
+        if tail:
+            _scalar_tail(w, indent, accs, mine, stores, pre, r0, int(hi) - tail, int(hi), calls)
     for a in own:
         fold_lanes(w, indent, a, states[a.r.name], count)
+
+
+def _scalar_tail(w, indent: str, accs, mine, stores, pre, r0: str, lo: int, hi: int, calls) -> None:
+    """The elements ``[lo, hi)`` of a row, fewer than a vector, into the scalar states: a plain
+    loop (g++ unrolls it), or ``omp simd`` with the states' reduction clauses where the phase
+    calls math (scalar calls cost more there)."""
+    if calls:
+        clauses = " ".join(c for a in w.own(mine) for c in a.simd_clauses())
+        w.simd_loop(indent, [f"for (int64_t j = 0; j < {hi - lo}; ++j) {{", f"  const int64_t {r0} = {lo} + j;"],
+                    accs, mine, stores, w.flat_r(), pre, per_row=True, pragma=f"#pragma omp simd {clauses}")
+        return
+    w.out(indent, f"for (int64_t {r0} = {lo}; {r0} < {hi}; ++{r0}) {{")
+    w.body(indent + "  ", accs, mine, stores, w.flat_r(), per_row=True, pre=pre)
+    w.out(indent, "}")
 
 
 def _lane_loop(w, indent: str, n: str, start: str, r0: str, accs: dict, mine: list, stores: list, pre) -> None:
