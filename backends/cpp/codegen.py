@@ -460,9 +460,8 @@ class KernelWriter:
             self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
         half_blocks.convert_loads(self, outer + "  ", staging, inner, start, step)
-        staged = half_blocks.staged_emitter(self.emitter(outer + "  ", {}), staging, "j_")
-        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, staged.inherit(pre) if pre
-                                             else staged, count=step)
+        staged = half_blocks.staged_emitter(vector_blocks.emitter_from(self, outer + "  ", pre), staging, "j_")
+        results = vector_blocks.write_blocks(self, outer + "  ", calls, inner, start, staged, count=step)
         vector_blocks.open_lanes(self, outer + "  ", inner, start, step)
         self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
         self.out(outer + "  ", "}")

@@ -47,7 +47,7 @@ def write(w, indent: str, accs, mine, stores, pre, pragma: str, lo: str, hi: str
     if last:
         _prefetch_next_row(w, inner, w.phase_exprs(mine, stores), r0, start)
     half_blocks.convert_loads(w, inner, staging, r0, start, BLOCK)
-    staged = half_blocks.staged_emitter(_emitter(w, inner, pre), staging, "j")
+    staged = half_blocks.staged_emitter(vector_blocks.emitter_from(w, inner, pre), staging, "j")
     step_pre = vector_blocks.write_blocks(w, inner, calls, r0, start, staged, accs, BLOCK, lane="j")
     w.simd_loop(inner, [f"for (int64_t j = 0; j < {BLOCK}; ++j) {{", f"  const int64_t {r0} = {start} + j;"],
                 accs, mine, stores, w.flat_r(), step_pre, per_row=True, pragma=pragma.rstrip())
@@ -89,8 +89,3 @@ def _prefetch_next_row(w, indent: str, exprs, var: str, start: str) -> None:
                   for k in range(0, BLOCK, max(1, LINE // buf.dtype.itemsize))]
     if lines:
         w.out(indent, "{", f"  const int64_t {var} = {start};", *("  " + s for s in lines), "}")
-
-
-def _emitter(w, indent: str, pre):
-    em = w.emitter(indent, {})
-    return em.inherit(pre) if pre is not None else em

@@ -116,9 +116,8 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
         half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[0]), w.names)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     half_blocks.convert_loads(w, indent + "  ", staging, r0, start, count)
-    staged = half_blocks.staged_emitter(w.emitter(indent + "  ", {}), staging, "j")
-    step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, staged.inherit(pre) if pre else staged,
-                                          accs, count, lane="j")
+    staged = half_blocks.staged_emitter(vector_blocks.emitter_from(w, indent + "  ", pre), staging, "j")
+    step_pre = vector_blocks.write_blocks(w, indent + "  ", calls, r0, start, staged, accs, count, lane="j")
     lane_accs, lane_mine = {**accs, **states}, [states.get(a.r.name, a) for a in mine]
     _lane_loop(w, indent + "  ", str(count), start, r0, lane_accs, lane_mine, stores, step_pre)
     half_blocks.convert_stores(w, indent + "  ", staging, r0, start, count)

@@ -104,7 +104,7 @@ def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, 
     done: dict[Apply, str] = {}
     for level in _levels(calls):  # calls whose arguments hold other calls wait for those
         open_lanes(w, indent, var, start, count, lane)
-        args = _emitter(w, indent + "  ", pre, accs)
+        args = emitter_from(w, indent + "  ", pre, accs)
         args.cache.update(done)
         for call in level:
             w.out(indent + "  ", f"{arrays[call]}[{lane}] = {args.emit(call.args[0])};")
@@ -113,7 +113,7 @@ def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, 
             impl = block_impl(call)
             w.out(indent, f"lnv::blocks<{width}, {count}>({arrays[call]}, [](auto v) {{ return lnv::{impl}(v); }});")
         done.update({call: f"{arrays[call]}[{lane}]" for call in level})
-    results = _emitter(w, indent + "  ", pre, accs)
+    results = emitter_from(w, indent + "  ", pre, accs)
     results.cache.update(done)
     return results
 
@@ -136,7 +136,7 @@ def open_lanes(w, indent: str, var: str, start: str, count: int = BLOCK, lane: s
     w.out(indent + "  ", f"const int64_t {var} = {start} + {lane};")
 
 
-def _emitter(w, indent: str, pre, accs):
+def emitter_from(w, indent: str, pre, accs=None):
     """An emitter at ``indent`` that reuses what ``pre`` (if any) computed."""
     em = w.emitter(indent, accs or {})
     return em.inherit(pre) if pre is not None else em
