@@ -63,6 +63,7 @@ class Backend(Protocol):
     can_prebuild: bool           # compiles candidates ahead, in other processes (``prebuild``)
     stores_broadcast_tables: bool  # stores a transcendental value read at many points once (``schedule_for``)
     splits_runs: bool            # reads rows made of runs far apart as partials, in memory order (``schedule_for``)
+    split_rows_below: int | None  # ... when the kernel has fewer rows than this (None: any)
 
     @property
     def device(self) -> str:
@@ -135,4 +136,5 @@ def schedule_for(graph: Graph, backend: Backend, name: str = "graph") -> Schedul
     whether values broadcast to many points are stored or recomputed); every caller that keys
     kernels for ``backend`` (compiles, tuning requests) schedules through here."""
     return schedule(graph, name, across_rows=backend.reduces_across_rows,
-                    store_tables=backend.stores_broadcast_tables, split_runs=backend.splits_runs)
+                    store_tables=backend.stores_broadcast_tables, split_runs=backend.splits_runs,
+                    split_rows_below=backend.split_rows_below)

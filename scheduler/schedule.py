@@ -34,13 +34,13 @@ class Schedule:
 
 
 def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows: AcrossRows | bool = False,
-             store_tables: bool = True, split_runs: bool = False) -> Schedule:
+             store_tables: bool = True, split_runs: bool = False, split_rows_below: int | None = None) -> Schedule:
     """Fuse ``graph`` into kernels named ``ln_{name}_{k}``; ``plan`` reuses intermediates' memory;
     ``across_rows``: whether the backend runs reductions across the rows of a kernel reducing the
     given dims (``Backend.reduces_across_rows``; True or False: always or never); ``store_tables``:
     transcendental values broadcast to many points are stored once (``fusion.inline_pointwise``);
     ``split_runs``: reductions whose rows are runs far apart become partials and their combine
-    (``split_runs.py``)."""
+    (``split_runs.py``), those of fewer rows than ``split_rows_below`` only, where given."""
     nodes = inline_pointwise(graph, store_tables)
     groups = group_nodes(nodes, across_rows if callable(across_rows) else (always if across_rows else never))
     outputs = {o.buffer for o in graph.outputs}
@@ -62,7 +62,7 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
             continue  # dead code
         kernel = flush_exp_terms(fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")))
         kernel_count += 1
-        kernels, added = split_into_runs(kernel) if split_runs else ([kernel], {})
+        kernels, added = split_into_runs(kernel, split_rows_below) if split_runs else ([kernel], {})
         buffers |= added
         steps += kernels
         stored |= {o for k in kernels for o in k.outputs}

@@ -34,11 +34,12 @@ COMBINE_AS_REDUCED = frozenset({ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, Reduc
                                 ReduceOp.ALL})
 
 
-def split_into_runs(kernel: Kernel) -> tuple[list[Kernel], dict[str, Buffer]]:
+def split_into_runs(kernel: Kernel, rows_below: int | None = None) -> tuple[list[Kernel], dict[str, Buffer]]:
     """``kernel`` as partials, combine and (when it has element stores) apply kernels, with the
     buffers they add; ``[kernel]`` and no buffers when its rows are not runs apart
-    (``run_split``)."""
-    merged = run_split(kernel)
+    (``run_split``), or are ``rows_below`` or more."""
+    rows = product(kernel.pdomain).as_int()
+    merged = run_split(kernel) if rows_below is None or (rows is not None and rows < rows_below) else None
     if merged is None:
         return [kernel], {}
     order = _run_order(merged)

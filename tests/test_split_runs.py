@@ -116,3 +116,14 @@ def test_partials_are_intermediates_of_the_schedule():
     added = [b for b in sched.intermediates if "_part" in b or "_stat" in b]
     assert sorted(b.rsplit("_", 1)[1] for b in added) == ["part0", "stat0"]  # a sum: one output
     assert all(b in sched.graph.buffers for b in added)
+
+
+def test_only_fewer_rows_than_the_limit_split():
+    """Rows of runs split only below ``split_rows_below`` (the Triton backend's: its
+    multiprocessors; a GPU of 256 or more channels has rows enough for every SM)."""
+    from loopnest.backends.triton.backend import TritonBackend
+    from loopnest.backends.triton.heuristics import sm_count
+    x = ln.placeholder("x", (4, 300, 5, 7), ln.float32)
+    assert len(kernels_of([ln.sum(x, (0, 2, 3))], [x], split_runs=True, split_rows_below=301)) == 2
+    assert len(kernels_of([ln.sum(x, (0, 2, 3))], [x], split_runs=True, split_rows_below=300)) == 1
+    assert TritonBackend().split_rows_below == sm_count()

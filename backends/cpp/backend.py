@@ -38,6 +38,7 @@ class CppBackend:
     can_prebuild = True
     stores_broadcast_tables = True  # a cosine table recomputed for every batch and head costs libm calls
     splits_runs = False
+    split_rows_below = None
 
     def hardware(self, device: str | None = None) -> HardwareInfo:
         return this_cpu()
