@@ -103,7 +103,8 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
                 count: int, calls: list) -> None:
     """Write the loop over ``[lo, hi)`` onto ``w`` (a KernelWriter), each reduction in ``count``
     partial states: full steps of ``count`` elements, then the rest of the row (element j in
-    lane j), then the lanes folded into the scalar states. The math ``calls``
+    lane j; in a row of known length, only its whole vectors, the last few elements going into
+    the scalar states), then the lanes folded into the scalar states. The math ``calls``
     (``vector_blocks.math_calls``) of each full step run inline on arrays of ``count``
     arguments."""
     own = w.own(mine)
