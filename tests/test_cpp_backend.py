@@ -209,3 +209,23 @@ def test_kernels_launch_through_an_extension_module_or_ctypes(monkeypatch, heade
     assert isinstance(launcher, ModuleLauncher if headers else CppLauncher)
     with pytest.raises(IndexError, match="gather: index 9 is out of bounds for dimension 1 with size 8"):
         fn(a, torch.full((5, 1), 9))
+
+
+@pytest.mark.parametrize("shape, dim", [((4, 21, 8, 8), 1), ((300, 64), 0)])
+def test_column_softmax_stores_its_exp_once(shape, dim):
+    """A softmax over an outer dim (``columns``) stores exp(x - max) while it sums it and
+    rescales the stored values (reuse.py): one exp per element, eager's results, -inf and NaN
+    columns included."""
+    x = ln.placeholder("x", shape, ln.float32)
+    (kernel,) = kernels_of([softmax(x, dim)], [x], "k")
+    src = CppBackend().codegen(kernel, CppBackend().default_config(kernel))
+    assert "expf_ftz" not in src and "exp_ftz_(" not in src, src  # the sum's terms are the stored exps
+    rescale = src[src.rindex("for (int64_t r0"):]
+    assert "exp" not in rescale, rescale
+    a = torch.randn(shape) * 5
+    column = [0] * len(shape)
+    column[dim] = slice(None)
+    a[tuple(column)] = float("-inf")  # a whole column: NaN, as eager
+    a.view(-1)[5] = float("nan")
+    a.view(-1)[9] = float("-inf")
+    torch.testing.assert_close(ln.compile(softmax(x, dim), backend="cpp")(a), torch.softmax(a, dim), equal_nan=True)

@@ -191,12 +191,14 @@ def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> st
 def as_written(kernel: Kernel) -> Kernel:
     """The kernel the writer renders: reduced dims that every access walks as one run are one dim
     (``scheduler/merge_dims.py``); a row kernel computes Welford over short rows in two passes
-    (``two_pass.py``) and stores what a later phase would compute again (``reuse.py``); a
-    pointwise kernel runs inner dims that every access walks as one run as one dim
-    (``scheduler/merge_dims.py``)."""
+    (``two_pass.py``); a row or column kernel stores what a later phase would compute again
+    (``reuse.py``); a pointwise kernel runs inner dims that every access walks as one run as one
+    dim (``scheduler/merge_dims.py``)."""
     kernel = merged_reduced_dims(kernel)
     if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
         return reuse_stored_values(two_pass_welford(kernel))
+    if kernel.pdomain and kernel.reductions:
+        return reuse_stored_values(kernel)
     return merged_inner_dims(kernel)
 
 

@@ -1,4 +1,4 @@
-"""Values a later phase of a row kernel would compute again, stored by the phase that computes them.
+"""Values a later phase of a kernel would compute again, stored by the phase that computes them.
 
 A softmax row kernel computes ``exp(x - max)`` for its sum in phase 1 and again for its output in
 phase 2. When an output store of a later phase holds a transcendental subexpression that an
@@ -6,6 +6,12 @@ earlier phase's reduction computes, and the output has that value's dtype, the e
 also stores the value into the output and the later phase reads it back: one transcendental per
 element instead of two. The row is still in L1/L2 when the later phase reads it (a 2048-float row
 is 8 KB), so the reload costs far less than the exp, log or erf it replaces.
+
+A kernel that reduces over an outer dim (a softmax over the channels of NCHW, ``columns`` in
+codegen.py) does the same: a task's chunk of columns, 21 rows of 128 floats, is 11 KB. Same
+2-core host (2026-12-06, eager / loopnest over three runs): softmax over dim 1 of 16x21x128x128
+1.43-1.47 -> 1.67-1.91, over dim 1 of 8x64x64x64 1.37-1.51 -> 1.94-2.11, over dim 0 of
+4096 x 1024 2.13-2.23 -> 2.24-2.38.
 
 Only exact rewrites are made: the value is stored at the same point it is read back (the store's
 index is every loop variable once, so each point of the row has its own element), in its own
