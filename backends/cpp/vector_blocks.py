@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from ...ir import dtypes as dt
 from ...ir.expr import Apply, Expr, IndexValue, Load, walk
-from ...ir.ops import Op
 from ...ir.index import Indirect
+from ...ir.ops import Op
 from .ops import vecmath_impl
 
 BLOCK = 16  # elements per block of floats: one AVX-512 vector
