@@ -385,9 +385,8 @@ class KernelWriter:
             return self.pointwise_blocks(tiled)
         values = [s.value for s in self.k.elem_stores]
         calls = vector_blocks.math_calls(values) if pv else []
-        staging = half_blocks.Staging()
-        if pv and not vector_blocks.indirect(values):
-            staging = half_blocks.plan(self.k, values, self.k.elem_stores, as_var(pv[-1]), self.names)
+        staging = half_blocks.plan(self.k, values, self.k.elem_stores, as_var(pv[-1]), self.names) if pv \
+            else half_blocks.Staging()
         if calls or staging:
             return self.pointwise_math_blocks(calls, staging)
         outer, pre = self.outer_loops()
@@ -630,7 +629,7 @@ class KernelWriter:
         if step is not None:
             self.out(indent, *sums.declare())
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
-        calls = vector_blocks.math_calls(self.phase_exprs(mine, stores)) if len(rv) == 1 else []
+        calls = vector_blocks.math_calls(self.phase_exprs(mine, stores), pre) if len(rv) == 1 else []
         lanes = (len(rv) == 1 and pragma is not None and bool(self.own(mine))
                  and row_lanes.takes_lanes(self.k, self.cfg, calls))
         if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
@@ -650,10 +649,9 @@ class KernelWriter:
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
         exprs = self.phase_exprs(mine, stores)
-        if len(rv) == 1 and pragma and not vector_blocks.indirect(exprs):
+        if len(rv) == 1 and pragma:
             staging = half_blocks.plan(self.k, exprs, stores, as_var(rv[0]), self.names)
-            hoisted = pre.cache if pre is not None else {}  # a row's own values: computed once
-            calls = [c for c in vector_blocks.math_calls(exprs) if c not in hoisted]
+            calls = vector_blocks.math_calls(exprs, pre)
             if row_blocks.wanted(self, mine, stores, staging, calls):  # (row_blocks.py)
                 return row_blocks.write(self, indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)

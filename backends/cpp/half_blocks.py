@@ -25,6 +25,7 @@ from ...ir.expr import Apply, Load, walk
 from ...ir.index import Var, stride_along
 from ...ir.ops import Op
 from ..names import BUFFER, mangle
+from . import vector_blocks
 
 BLOCK = 32  # halves per block: a 512-bit vector of them, two of floats
 
@@ -41,9 +42,11 @@ class Staging:
 
 def plan(kernel, exprs, stores, var: Var, names) -> Staging:
     """Which loads in ``exprs`` and which element ``stores`` of ``kernel`` move float16 at unit
-    stride along ``var`` (affine, no indirect position), named from ``names`` (the kernel's
-    counter)."""
+    stride along ``var`` (affine), named from ``names`` (the kernel's counter); none where an
+    index holds an indirect position (its checks keep the element loop whole)."""
     staging = Staging()
+    if vector_blocks.indirect(exprs):
+        return staging
     stored = {s.buffer for s in stores}
     for s in stores:
         rounded = isinstance(s.value, Apply) and s.value.op is Op.CAST and s.value.dtype == dt.float16

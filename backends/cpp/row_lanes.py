@@ -113,8 +113,7 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
     exprs = w.phase_exprs(mine, stores)
-    staging = half_blocks.Staging() if vector_blocks.indirect(exprs) else \
-        half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[0]), w.names)
+    staging = half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[0]), w.names)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     half_blocks.convert_loads(w, indent + "  ", staging, r0, start, count)
     staged = half_blocks.staged_emitter(vector_blocks.emitter_from(w, indent + "  ", pre), staging, "j")

@@ -52,17 +52,20 @@ def block_size(kernel) -> int:
     return BLOCK * 4 // min(max(narrowest, 1), 4)
 
 
-def math_calls(exprs) -> list[Apply]:
+def math_calls(exprs, pre=None) -> list[Apply]:
     """The vecmath calls of ``exprs`` (a kernel's element values) and their roundings to float16
-    (``block_impl``), in first-use order, if they can be computed in blocks; [] otherwise."""
+    (``block_impl``), in first-use order, if they can be computed in blocks; [] otherwise. Calls
+    that ``pre`` (the emitter of values computed once before the loop) holds are not per element."""
     exprs = list(exprs)
     if indirect(exprs):
         return []
+    hoisted = pre.cache if pre is not None else {}
     calls: dict[Apply, None] = {}  # ordered, without repeats
     for root in exprs:
         for node in walk(root):
             impl = block_impl(node)
-            if impl is not None and not (node is root and impl == "round_half_"):  # a store rounds itself
+            stored_rounding = node is root and impl == "round_half_"  # a store rounds itself
+            if impl is not None and node not in hoisted and not stored_rounding:
                 calls[node] = None
     if len(calls) > MAX_CALLS:
         return []
