@@ -1,4 +1,5 @@
-"""float16 loads and stores converted a block at a time by the conversion instructions.
+"""float16 loads and stores, and bfloat16 stores, converted a block at a time by the conversion
+instructions.
 
 g++ 12 vectorizes no ``_Float16`` conversion (each stays a scalar ``vcvtsh2ss``), so a half is
 read and written through the integer spelling of ``ops.ln_f16_to_f`` / ``ln_f_to_f16``: about
@@ -13,6 +14,12 @@ and the top of its payload, as ``vcvtps2ph`` does, where the integer spelling wr
 Measured on the 2-core AVX-512 Xeon (2026-12-06, one thread, 9M elements, an element's work
 ``1 / (1 + x * x)``): 1.27 ns per element with the integer conversions (the half -> float one
 kept scalar), 0.39 with both vectorized, 0.16 with the instructions.
+
+bfloat16 stores take the same blocks: with AVX512-BF16 they round by ``vcvtneps2bf16``, one
+instruction for the rounding g++ writes as eight (a vector holding a float32 denormal, which
+that instruction would flush, rounds in the integer spelling), elsewhere in the integer
+spelling over the block. Their loads stay per element: g++
+vectorizes them (a widening shift), and staging them measured slower.
 
 Loads of a buffer the same loop stores stay per element (the block reads before its stores).
 """
@@ -41,29 +48,35 @@ class Staging:
 
 
 def plan(kernel, exprs, stores, var: Var, names) -> Staging:
-    """Which loads in ``exprs`` and which element ``stores`` of ``kernel`` move float16 at unit
-    stride along ``var`` (affine), named from ``names`` (the kernel's counter); none where an
-    index holds an indirect position (its checks keep the element loop whole)."""
+    """Which loads in ``exprs`` and which element ``stores`` of ``kernel`` move 16-bit floats at
+    unit stride along ``var`` (affine), named from ``names`` (the kernel's counter); none where an
+    index holds an indirect position (its checks keep the element loop whole). float16 is staged
+    both ways; bfloat16 only where it is stored, since g++ vectorizes its load (a shift) but not
+    the rounding into one instruction."""
     staging = Staging()
     if vector_blocks.indirect(exprs):
         return staging
     stored = {s.buffer for s in stores}
     for s in stores:
-        rounded = isinstance(s.value, Apply) and s.value.op is Op.CAST and s.value.dtype == dt.float16
+        dtype = kernel.buffers[s.buffer].dtype
+        rounded = isinstance(s.value, Apply) and s.value.op is Op.CAST and s.value.dtype == dtype
         value = s.value.args[0] if rounded else s.value  # as CppEmitter.store: the store rounds once
-        if _unit_half(kernel, s.buffer, s.index, var) and value.dtype in (dt.float16, dt.float32):
+        if _unit_stride(kernel, s.buffer, s.index, var, STAGED_STORES) and value.dtype in (dtype, dt.float32):
             staging.stores[(s.buffer, s.index)] = f"lnhs{next(names)}"
     for root in exprs:
         for node in walk(root):
             if (isinstance(node, Load) and node not in staging.loads and node.buffer not in stored
-                    and _unit_half(kernel, node.buffer, node.index, var)):
+                    and _unit_stride(kernel, node.buffer, node.index, var, (dt.float16,))):
                 staging.loads[node] = f"lnh{next(names)}"
     return staging
 
 
-def _unit_half(kernel, buffer: str, index, var: Var) -> bool:
+STAGED_STORES = (dt.float16, dt.bfloat16)
+
+
+def _unit_stride(kernel, buffer: str, index, var: Var, dtypes) -> bool:
     buf = kernel.buffers[buffer]
-    return buf.dtype == dt.float16 and stride_along(buf.layout.flat_index(index), var) == 1
+    return buf.dtype in dtypes and stride_along(buf.layout.flat_index(index), var) == 1
 
 
 def convert_loads(w, indent: str, staging: Staging, var: str, start: str, count: int) -> None:
@@ -92,11 +105,12 @@ def convert_stores(w, indent: str, staging: Staging, var: str, start: str, count
     w.out(indent, "{", f"  const int64_t {var} = {start};")
     for (buffer, index), a in staging.stores.items():
         at = f"&{_name(buffer)}[{em.offset(buffer, index)}]"
+        convert = f"{_ROUND[w.k.buffers[buffer].dtype]}<{_width(w)}, {count}>"
         if stream:
-            w.out(indent + "  ", f"alignas(64) uint16_t {a}h[{count}];", f"ln_f_to_halves<{_width(w)}, {count}>({a}, {a}h);",
+            w.out(indent + "  ", f"alignas(64) uint16_t {a}h[{count}];", f"{convert}({a}, {a}h);",
                   f"ln_stream_line({at}, {a}h);")
         else:
-            w.out(indent + "  ", f"ln_f_to_halves<{_width(w)}, {count}>({a}, {at});")
+            w.out(indent + "  ", f"{convert}({a}, {at});")
     w.out(indent, "}")
 
 
@@ -106,6 +120,9 @@ def staged_emitter(em, staging: Staging, lane: str):
     em.cache.update({load: f"{a}[{lane}]" for load, a in staging.loads.items()})
     em.staged_stores = {key: f"{a}[{lane}]" for key, a in staging.stores.items()}
     return em
+
+
+_ROUND = {dt.float16: "ln_f_to_halves", dt.bfloat16: "ln_f_to_bf16s"}  # ops.py's prelude
 
 
 def _width(w) -> int:

@@ -271,6 +271,26 @@ template <int W, int N> static inline void ln_f_to_halves(const float* s, uint16
 #endif
   for (int i = 0; i < N; ++i) d[i] = ln_f_to_f16(s[i]);
 }
+// N floats -> bfloat16 a vector at a time (half_blocks.py): vcvtneps2bf16 where the target has
+// AVX512-BF16, rounding to nearest even as ln_f_to_bf16 does. That instruction reads a float32
+// denormal as zero, where eager keeps it as a bfloat16 denormal: a vector holding one (fpclass)
+// takes the integer spelling instead, so every bit pattern matches ln_f_to_bf16 but NaN payloads.
+template <int W, int N> static inline void ln_f_to_bf16s(const float* s, uint16_t* d) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  if constexpr (W == 16 && N % 16 == 0) {
+    for (int i = 0; i < N; i += 16) {
+      __m512 v = _mm512_loadu_ps(s + i);
+      if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) {  // 0x20: denormal
+        for (int k = i; k < i + 16; ++k) d[k] = ln_f_to_bf16(s[k]);
+      } else {
+        _mm256_storeu_si256((__m256i*)(d + i), (__m256i)_mm512_cvtneps_pbh(v));
+      }
+    }
+    return;
+  }
+#endif
+  for (int i = 0; i < N; ++i) d[i] = ln_f_to_bf16(s[i]);
+}
 template <class T> static inline T ln_maximum(T a, T b) { return ((a != a) | (a > b)) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return ((a != a) | (a < b)) ? a : b; }
 template <class T> static inline T ln_neg(T a) {  // integers wrap at the minimum, as eager (-a is UB there)

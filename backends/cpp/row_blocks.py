@@ -1,7 +1,8 @@
 """C++ for a pass over a one-dim row in blocks: halves converted a vector at a time, math inline.
 
 A pass of a row kernel is one ``omp simd`` loop over the row (``KernelWriter.row_loop``). Where
-it reads or writes float16 (``half_blocks.py``) or calls vector math (``vector_blocks.py``), it
+it reads or writes float16, writes bfloat16 (``half_blocks.py``) or calls vector math
+(``vector_blocks.py``), it
 runs in blocks of ``BLOCK`` elements instead: the block's halves are converted into float
 arrays, its math calls computed inline on arrays of their arguments, its lane loop does the
 pass's work, and its stored floats are rounded to halves after it; the elements after the last
@@ -9,8 +10,8 @@ block take the plain loop.
 
 The last pass of rows that prefetch or stream (``streaming.py``, whose text rewrite of a plain
 loop this replaces) prefetches, in each block, the same elements of the next row of every input
-it reads along the row, and where the rows stream, writes its halves as non-temporal lines. A
-pass that streams float32 stores keeps the plain loop and that rewrite.
+it reads along the row, and where the rows stream (rows of whole blocks), writes its halves as
+non-temporal lines. A pass that streams float32 stores keeps the plain loop and that rewrite.
 
 Measured on the 2-core AVX-512 Xeon (2026-12-06, 3000 x 3008, two threads, ms, eager / loopnest
 before / after): float16 layernorm 1.40 / 2.87 / 0.82, float16 softmax 2.56 / 2.60 / 2.21.
@@ -41,7 +42,8 @@ def write(w, indent: str, accs, mine, stores, pre, pragma: str, lo: str, hi: str
     ``calls``: its ``vector_blocks.math_calls``)."""
     r0, start = as_var(w.k.rvars()[0]).name, "r0b_"
     last = not mine and (w.streaming or w.prefetching)
-    stream = last and w.streaming and BLOCK * 2 == LINE and not _reads_stored(stores)
+    whole = lo == "0" and hi.isdigit() and int(hi) % BLOCK == 0  # no element left after the blocks
+    stream = last and w.streaming and whole and BLOCK * 2 == LINE and not _reads_stored(stores)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {BLOCK} <= {hi}; {start} += {BLOCK}) {{")
     inner = indent + "  "
     if last:
@@ -55,7 +57,7 @@ def write(w, indent: str, accs, mine, stores, pre, pragma: str, lo: str, hi: str
     w.out(indent, "}")
     if stream and staging.stores:
         w.out(indent, "ln_stream_fence();")
-    if not (lo == "0" and hi.isdigit() and int(hi) % BLOCK == 0):  # else no element is left
+    if not whole:
         w.simd_loop(indent, [f"for (int64_t {r0} = {start}; {r0} < {hi}; ++{r0}) {{"], accs, mine, stores,
                     w.flat_r(), pre, per_row=True, pragma=pragma.rstrip())
 
