@@ -20,4 +20,4 @@ from model_bench import main  # noqa: E402
 
 if __name__ == "__main__":
     main("cpu", {"loopnest": {"backend": "cpp", "tune": "off"}},
-         f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)")
+         lambda: f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)")

@@ -16,4 +16,4 @@ from model_bench import main  # noqa: E402
 if __name__ == "__main__":
     main("cuda", {"loopnest": {"backend": "triton", "tune": "off"},
                   "loopnest_cg": {"backend": "triton", "tune": "off", "cudagraphs": True}},
-         torch.cuda.get_device_name())
+         torch.cuda.get_device_name)

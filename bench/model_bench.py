@@ -12,6 +12,7 @@ import argparse
 import math
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -83,8 +84,9 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def main(device: str, variants: dict[str, dict], describe: str) -> None:
-    """Parse the command line, run every model, print the table."""
+def main(device: str, variants: dict[str, dict], describe: Callable[[], str]) -> None:
+    """Parse the command line, run every model, print the table; ``describe()`` names the machine
+    (called after the command line is parsed, so that ``--help`` needs no device)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="*", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=7)
@@ -93,7 +95,7 @@ def main(device: str, variants: dict[str, dict], describe: str) -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(MODELS)}")
     header_s = prebuild_header() if device == "cpu" else 0.0
-    print(f"# models on {describe}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    print(f"# models on {describe()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"median of {opts.rounds} rounds" + (f"; precompiled headers built once in {header_s:.1f} s, apart from "
                                                "the cold columns" if device == "cpu" else ""))
     names = ["eager", "inductor", *variants]
