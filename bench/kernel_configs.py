@@ -10,7 +10,8 @@ them. Prints the default, the best configs and the peers, with each time's fract
 bandwidth (``--copy-gbs``) over the bytes the kernel must move.
 
 Rows (``layernorm``, ...): the suite row's kernel as persistent tiles of 1-4 rows and as looped
-chunks (Inductor's form: the row read again from L2 for the normalization).
+chunks (Inductor's form: the row read again from L2 for the normalization). Pointwise cases
+(``outer_broadcast``, ...): flat blocks and 2-D tiles over odd-sized and broadcast inputs.
 
 Run on the device: python bench/kernel_configs.py [--configs 60] [CASE ...]
 Check the script on a CPU: TRITON_INTERPRET=1 python bench/kernel_configs.py --configs 3 --small
@@ -18,6 +19,7 @@ Check the script on a CPU: TRITON_INTERPRET=1 python bench/kernel_configs.py --c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -44,6 +46,11 @@ STRIDED = {  # name: (fn, shape at GPU size, shape for --small)
 }
 SHORT = {  # reductions over a short strided dim, the row held whole: name: (fn, shape, shape for --small)
     "softmax_dim1_nchw": (lambda x: torch.softmax(x, 1), (16, 21, 128, 128), (2, 5, 8, 8)),
+}
+POINTWISE = {  # pointwise over broadcast or odd-sized inputs: name: (fn, shapes, shapes for --small)
+    "outer_broadcast": (lambda a, b: torch.exp(a + b), ((4000, 1), (1, 4001)), ((40, 1), (1, 41))),
+    "bias_add_odd": (lambda x, b: x + b, ((4000, 4001), (4001,)), ((40, 41), (41,))),
+    "scale_odd": (lambda x: x * 2, ((3000, 3001),), ((30, 31),)),
 }
 ACROSS = ("layernorm_train", "rmsnorm_train_bf16")  # their backward kernel that reduces across rows
 ROWS = ("layernorm", "rmsnorm_bf16", "add_layernorm")  # suite rows reduced along contiguous rows
@@ -86,6 +93,12 @@ def rows_grid(row: int) -> list[tuple[TritonConfig, int]]:
     out += [(TritonConfig(XBLOCK=1, RBLOCK=rb, num_warps=w, num_stages=s, strategy=Strategy.LOOPED), 0)
             for rb in (row // 4, row // 2) for w in (4, 8) for s in (1, 2)]
     return out
+
+
+def pointwise_grid(default: TritonConfig) -> list[tuple[TritonConfig, int]]:
+    """Flat blocks of 512-4096 elements and 2-D tiles of 4 rows (``YBLOCK``), over 4 or 8 warps."""
+    return [(dataclasses.replace(default, XBLOCK=x, YBLOCK=y, num_warps=w), 0)
+            for x in (512, 1024, 2048, 4096) for y in (1, 4) for w in (4, 8)]
 
 
 def _frac(moved: int, us: float, copy_gbs: float) -> float:
@@ -144,7 +157,7 @@ def main() -> int:
     p.add_argument("--configs", type=int, default=60)
     p.add_argument("--copy-gbs", type=float, default=4281.0)
     p.add_argument("--small", action="store_true", help="interpreter-sized shapes")
-    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(SHORT) + list(ACROSS) + list(ROWS))
+    p.add_argument("cases", nargs="*", default=list(STRIDED) + list(SHORT) + list(POINTWISE) + list(ACROSS) + list(ROWS))
     opts = p.parse_args()
     for name in opts.cases:
         if name in ACROSS:
@@ -158,6 +171,13 @@ def main() -> int:
             args = w.inputs("tiny" if opts.small else "gpu", device=registry.get("triton").device)
             result = run_case(SweepTarget(name, w.fn, args), lambda ks: ks[0], rows_grid(next_pow2(args[0].shape[-1])),
                               opts.copy_gbs, peer_us(w.fn, *args))
+        elif name in POINTWISE:
+            fn, shapes, small = POINTWISE[name]
+            args = tuple(torch.randn(*shape, device=registry.get("triton").device) for shape in (small if opts.small else shapes))
+            target = SweepTarget(name, fn, args)
+            kernel = compile_target(target, "triton").lowered.compiled.schedule.kernels[0]
+            result = run_case(target, lambda ks: ks[0], pointwise_grid(registry.get("triton").default_config(kernel)),
+                              opts.copy_gbs, peer_us(fn, *args))
         elif name in SHORT:
             fn, shape, small = SHORT[name]
             x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)
