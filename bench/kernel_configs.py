@@ -44,8 +44,10 @@ STRIDED = {  # name: (fn, shape at GPU size, shape for --small)
     "sum_dim0_narrow": (lambda x: x.sum(0), (262144, 1024), (300, 8)),
     "mean_dim0_3d": (lambda x: x.mean(0), (256, 1024, 128), (9, 8, 16)),
 }
-SHORT = {  # reductions over a short strided dim, the row held whole: name: (fn, shape, shape for --small)
+SHORT = {  # reductions over a short dim, strided or contiguous, the row held whole: (fn, shape, shape for --small)
     "softmax_dim1_nchw": (lambda x: torch.softmax(x, 1), (16, 21, 128, 128), (2, 5, 8, 8)),
+    "amax_rows_37": (lambda x: x.amax(-1), (200000, 37), (50, 37)),  # contiguous short rows
+    "layernorm_rows_64": (lambda x: torch.nn.functional.layer_norm(x, (64,)), (262144, 64), (50, 64)),
 }
 POINTWISE = {  # pointwise over broadcast or odd-sized inputs: name: (fn, shapes, shapes for --small)
     "outer_broadcast": (lambda a, b: torch.exp(a + b), ((4000, 1), (1, 4001)), ((40, 1), (1, 41))),
