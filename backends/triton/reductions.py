@@ -7,8 +7,9 @@ tiles whose axis 1 is reduced. Every strategy is built from four steps:
 * ``results``: the finished values of the reduction's outputs.
 
 Split reductions store each row state (per program) to a workspace, and the combine stage loads
-those partials as lanes and reduces them again. NaN is tracked in a flag for float max/min and
-argmax/argmin (Triton's max ignores NaN); argmax/argmin pick the first index of the extreme value.
+those partials as lanes and reduces them again. Float max/min propagate NaN through their own
+combine (``ln_max_nan_combine``: Triton's max ignores NaN), one reduction where a separate NaN flag
+took two; argmax/argmin track NaN in a flag and pick the first index of the extreme value.
 
 Rows are reduced with ``tl.reduce`` and Triton's own combine functions rather than ``tl.sum`` /
 ``tl.max``: those are ``@triton.jit`` functions fixed in whichever mode (interpreter or compiled)
@@ -32,11 +33,13 @@ _NAN = 'float("nan")'
 _INF = 'float("inf")'
 _SHIFT = "tl.where(tl.abs({m}) == " + _INF + ", 0.0, {m})"  # m*: m where finite, else 0 (EXP_SUM)
 _COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
-            "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine"}
+            "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine",
+            "max_nan": "ln_max_nan_combine", "min_nan": "ln_min_nan_combine"}
 
 
 def reduce_rows(kind: str, x: str, axis: str = "1", keep_dims: bool = True) -> str:
-    """``x`` reduced along ``axis`` by ``kind``: sum, max, min or prod."""
+    """``x`` reduced along ``axis`` by ``kind``: sum, max, min, prod, or max_nan / min_nan (a NaN
+    wins)."""
     return f"tl.reduce({x}, {axis}, {_COMBINE[kind]}{', keep_dims=True' if keep_dims else ''})"
 
 
@@ -52,6 +55,10 @@ _COMBINE_LANES = {Combine.ADD: "{a} + {b}", Combine.MUL: "{a} * {b}", Combine.MA
                   Combine.AND: "tl.minimum({a}, {b})"}
 _COMBINE_ROWS = {Combine.ADD: "sum", Combine.MUL: "prod", Combine.MAX: "max", Combine.MIN: "min",
                  Combine.OR: "max", Combine.AND: "min"}
+# Float max/min: a NaN on either side wins (the flag component of ``ir/reductions.py`` is dropped).
+_NAN_LANES = {Combine.MAX: "tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})",
+              Combine.MIN: "tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})"}
+_NAN_ROWS = {Combine.MAX: "max_nan", Combine.MIN: "min_nan"}
 
 
 def _held(dtype: dt.DType) -> dt.DType:
@@ -104,9 +111,25 @@ class TritonAccumulator:
         return self.r.dtype.is_float
 
     def components(self) -> list[Component]:
-        """The state's components, as Triton holds them."""
-        held = [(c, _held(c.dtype(self.r.dtype))) for c in self.spec.state(self.r.dtype)]
+        """The state's components, as Triton holds them: float max/min without their NaN flag,
+        which their combine carries in the value (``nan_extreme``)."""
+        state = self.spec.state(self.r.dtype)
+        if self.nan_extreme:
+            state = [c for c in state if c.lift is not Lift.ISNAN]
+        held = [(c, _held(c.dtype(self.r.dtype))) for c in state]
         return [Component(c, d, _identity(c.init, d)) for c, d in held]
+
+    @property
+    def nan_extreme(self) -> bool:
+        """A float max or min: its value propagates NaN through ``_NAN_LANES`` / ``_NAN_ROWS``."""
+        return self.spec.joint is None and self.is_float and any(
+            c.combine in _NAN_ROWS and c.lift is Lift.VALUE for c in self.spec.state(self.r.dtype))
+
+    def _lane_combine(self, c: Component) -> str:
+        return (_NAN_LANES if self.nan_extreme else _COMBINE_LANES)[c.spec.combine]
+
+    def _row_combine(self, c: Component) -> str:
+        return (_NAN_ROWS if self.nan_extreme else _COMBINE_ROWS)[c.spec.combine]
 
     def exp(self, x: str) -> str:
         """``e ** x`` for a softmax sum's terms and rescales: flushed below 2 ** -126, where
@@ -229,7 +252,7 @@ class TritonAccumulator:
             return [f"{t} = {better}",
                     f"{acc['_val']} = tl.where({t}, {new['_val']}, {acc['_val']})",
                     f"{acc['_idx']} = tl.where({t}, {new['_idx']}, {acc['_idx']})"]
-        return [f"{acc[c.suffix]} = " + _COMBINE_LANES[c.spec.combine].format(a=acc[c.suffix], b=new[c.suffix])
+        return [f"{acc[c.suffix]} = " + self._lane_combine(c).format(a=acc[c.suffix], b=new[c.suffix])
                 for c in self.components()]
 
     def _merge_exp_sum(self, acc: dict[str, str], new: dict[str, str]) -> list[str]:
@@ -263,7 +286,7 @@ class TritonAccumulator:
                     f"{dst['_sum']} = {reduce_rows('sum', scaled, '0', keep_dims=False)}"]
         if axis != "1":
             assert joint is None, f"{self.r.op.value} has a joint state: it reduces along rows only"
-            return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix], axis)}"
+            return [f"{dst[c.suffix]} = {reduce_rows(self._row_combine(c), src[c.suffix], axis)}"
                     for c in self.components()]
         if joint is Combine.WELFORD:
             mean, m2, n, dev = src["_mean"], src["_m2"], src["_n"], f"{self.var}_dev"
@@ -277,7 +300,7 @@ class TritonAccumulator:
             return [f"{top} = {reduce_rows('max', src['_max'])}", f"{dst['_sum']} = {reduce_rows('sum', scaled)}"]
         if joint is not None:
             return self._reduce_arg(src, dst)
-        return [f"{dst[c.suffix]} = {reduce_rows(_COMBINE_ROWS[c.spec.combine], src[c.suffix])}"
+        return [f"{dst[c.suffix]} = {reduce_rows(self._row_combine(c), src[c.suffix])}"
                 for c in self.components()]
 
     def _reduce_arg(self, src: dict[str, str], dst: dict[str, str]) -> list[str]:
