@@ -251,14 +251,6 @@ _helper("""
 def ln_prod_combine(a, b):
     return a * b
 """)
-_helper("""
-def ln_max_nan_combine(a, b):
-    return tl.where((a > b) | (a != a), a, b)
-""")
-_helper("""
-def ln_min_nan_combine(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-""")
 
 HELPER_NAMES = frozenset(_SOURCES)
 _CALL = re.compile(r"\b(ln_[a-z0-9_]+)\b")

@@ -8,7 +8,7 @@ tiles whose axis 1 is reduced. Every strategy is built from four steps:
 
 Split reductions store each row state (per program) to a workspace, and the combine stage loads
 those partials as lanes and reduces them again. Float max/min propagate NaN through their own
-combine (``ln_max_nan_combine``: Triton's max ignores NaN), one reduction where a separate NaN flag
+combine (``mathlib.ln_maximum``: Triton's max ignores NaN), one reduction where a separate NaN flag
 took two; argmax/argmin track NaN in a flag and pick the first index of the extreme value.
 
 Rows are reduced with ``tl.reduce`` and Triton's own combine functions rather than ``tl.sum`` /
@@ -34,7 +34,7 @@ _INF = 'float("inf")'
 _SHIFT = "tl.where(tl.abs({m}) == " + _INF + ", 0.0, {m})"  # m*: m where finite, else 0 (EXP_SUM)
 _COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
             "min": "tl.standard._elementwise_min", "prod": "ln_prod_combine",
-            "max_nan": "ln_max_nan_combine", "min_nan": "ln_min_nan_combine"}
+            "max_nan": "ln_maximum", "min_nan": "ln_minimum"}
 
 
 def reduce_rows(kind: str, x: str, axis: str = "1", keep_dims: bool = True) -> str:
@@ -56,8 +56,7 @@ _COMBINE_LANES = {Combine.ADD: "{a} + {b}", Combine.MUL: "{a} * {b}", Combine.MA
 _COMBINE_ROWS = {Combine.ADD: "sum", Combine.MUL: "prod", Combine.MAX: "max", Combine.MIN: "min",
                  Combine.OR: "max", Combine.AND: "min"}
 # Float max/min: a NaN on either side wins (the flag component of ``ir/reductions.py`` is dropped).
-_NAN_LANES = {Combine.MAX: "tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})",
-              Combine.MIN: "tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})"}
+_NAN_LANES = {Combine.MAX: "ln_maximum({a}, {b})", Combine.MIN: "ln_minimum({a}, {b})"}  # mathlib.py
 _NAN_ROWS = {Combine.MAX: "max_nan", Combine.MIN: "min_nan"}
 
 
