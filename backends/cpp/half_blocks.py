@@ -18,8 +18,8 @@ kept scalar), 0.39 with both vectorized, 0.16 with the instructions.
 bfloat16 stores take the same blocks: with AVX512-BF16 they round by ``vcvtneps2bf16``, one
 instruction for the rounding g++ writes as eight (a vector holding a float32 denormal, which
 that instruction would flush, rounds in the integer spelling), elsewhere in the integer
-spelling over the block. Their loads stay per element: g++
-vectorizes them (a widening shift), and staging them measured slower.
+spelling over the block. Their loads stay per element: g++ vectorizes them (a widening shift),
+and staging them measured slower.
 
 Loads of a buffer the same loop stores stay per element (the block reads before its stores).
 """

@@ -2,11 +2,10 @@
 
 A pass of a row kernel is one ``omp simd`` loop over the row (``KernelWriter.row_loop``). Where
 it reads or writes float16, writes bfloat16 (``half_blocks.py``) or calls vector math
-(``vector_blocks.py``), it
-runs in blocks of ``BLOCK`` elements instead: the block's halves are converted into float
-arrays, its math calls computed inline on arrays of their arguments, its lane loop does the
-pass's work, and its stored floats are rounded to halves after it; the elements after the last
-block take the plain loop.
+(``vector_blocks.py``), it runs in blocks of ``BLOCK`` elements instead: the block's halves are
+converted into float arrays, its math calls computed inline on arrays of their arguments, its
+lane loop does the pass's work, and its stored floats are rounded to halves after it; the
+elements after the last block take the plain loop.
 
 The last pass of rows that prefetch or stream (``streaming.py``, whose text rewrite of a plain
 loop this replaces) prefetches, in each block, the same elements of the next row of every input
