@@ -8,6 +8,10 @@ same work for one plan as straight-line code: each input's shape, dtype, device 
 compared with the plan's, each buffer a local variable, each kernel called through its
 positional launch (``backends.base.PositionalLaunch``). A step without one (an extern: an ATen
 op) gets a dict of the buffers made so far and files its results into it, as in ``run``.
+
+A buffer is allocated just before the first step that uses it, and an ATen result is dropped
+after the step that reads it last (``del``), so that memory freed in a call can serve its later
+steps rather than every buffer living from the call's start to its end.
 """
 from __future__ import annotations
 
@@ -63,10 +67,16 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         lines += ["try:", "    fits = " + " and ".join(checks), "except AttributeError:  # not a tensor",
                   "    return MISS", "if not fits:", "    return MISS"]
     made: dict[str, tuple] = {}  # allocated buffer -> (sizes, strides)
+    pending: dict[str, str] = {}  # allocated buffer -> its allocation, written before its first use
     for name, sizes, strides, dtype, fill in plan.allocations:
         var = names[name] = f"b{len(names)}"
         made[name] = (sizes, strides)
-        lines.append(f"{var} = empty({sizes!r}, {strides!r}, {bind(dtype, 'd')}){filled(fill)}")
+        pending[name] = f"{var} = empty({sizes!r}, {strides!r}, {bind(dtype, 'd')}){filled(fill)}"
+
+    owned = set(pending)  # buffers held by a local of their own: allocations and extern results
+
+    def allocate(used) -> None:
+        lines.extend(pending.pop(n) for n in dict.fromkeys(used) if n in pending)
     if plan.views:
         lines.append(f"arena = empty(({plan.arena},), (1,), {bind(torch.uint8, 'd')})")
         typed = {dtype: f"a{j}" for j, dtype in enumerate(plan.arena_dtypes)}
@@ -75,13 +85,26 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
             var = names[name] = f"b{len(names)}"
             made[name] = (sizes, strides)
             lines.append(f"{var} = reinterpret({typed[dtype]}, {sizes!r}, {strides!r}, {offset}){filled(fill)}")
-    for step in plan.steps:
+    uses = [list(step.names) if hasattr(step, "names") else [name for name, _ in getattr(step, "refs", ())]
+            for step in plan.steps]
+    last_use = {name: k for k, used in enumerate(uses) for name in used}
+    kept = {name for name, _ in plan.outputs} | set(plan.inputs)
+    for k, step in enumerate(plan.steps):
         if hasattr(step, "names") and hasattr(step, "run"):
+            allocate(step.names)
             lines.append(f"{bind(step.run, 's')}({', '.join(names[n] for n in step.names)})")
         elif hasattr(step, "outs"):  # an extern: an ATen op
+            allocate(uses[k])
             lines += _extern_call(step, names, bind)
+            owned.update(out for out, *_ in step.outs)
         else:
             return None
+        made_here = [out for out, *_ in getattr(step, "outs", ())]
+        done = [names[n] for n in dict.fromkeys(uses[k] + made_here)
+                if last_use.get(n, k) == k and n in owned and n not in kept]
+        if done:  # freed as soon as read for the last time, so that later allocations reuse them
+            lines.append(f"del {', '.join(done)}")
+    allocate(list(pending))  # outputs no step writes
     results = []
     for name, spec in plan.outputs:
         plain = spec is None or (spec[2] == 0 and made.get(name) == (spec[0], spec[1]))
@@ -122,4 +145,4 @@ def _extern_call(step, names: dict[str, str], bind: Callable[[object, str], str]
         var = names[out] = f"b{len(names)}"
         lines += [f"{var} = r[{k}]", f"if {var}.shape != {sizes!r} or {var}.stride() != {strides!r}:",
                   f"    {var} = {step_var}.fitted({out!r}, {var})"]
-    return lines
+    return lines + ["del r"]

@@ -124,3 +124,29 @@ def test_written_externs_fit_results_in_another_layout_and_refuse_another_shape(
     entry = _written(loopnest.compile(loopnest.sum(wide, 1), inputs=[x]), X)
     with pytest.raises(RuntimeError, match=r"test.wrong_shape\S* produced shape \(6, 16\)"):
         entry([X])
+
+
+def _chain(x, w1, w2):
+    """Two matmuls with a kernel between and after them: the first product is read once."""
+    return torch.softmax(torch.tanh(x @ w1) @ w2, -1)
+
+
+def test_a_written_plan_allocates_late_and_frees_extern_results_after_their_last_read():
+    """Each allocation sits just before the first step that uses it, and an ATen result (and the
+    result tuple holding it) is dropped right after the step that reads it last, so a later
+    matmul can reuse its memory; the results stay the plan's."""
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(32, 48, generator=gen), torch.randn(48, 64, generator=gen), torch.randn(64, 40, generator=gen)]
+    fn = loopnest.compile_fx(make_fx(_chain)(*args), args, backend="cpp", tune="off")
+    fn(*args)
+    (entry,) = fn.lowered._entries
+    lines = [line.strip() for line in entry.source.splitlines()]
+    calls = [k for k, line in enumerate(lines) if line.startswith("r = x")]
+    assert len(calls) == 2, entry.source
+    first = lines[calls[0] + 3].split(" = ")[0]  # the first product's local: "bN = r[0]"
+    dropped = [k for k, line in enumerate(lines) if line == f"del {first}"]
+    assert dropped and calls[0] < dropped[0] < calls[1], entry.source
+    assert lines.count("del r") == len(calls), entry.source  # the result tuple goes after each call
+    output_alloc = next(k for k, line in enumerate(lines) if line.startswith("b") and " = empty(" in line)
+    assert output_alloc > calls[1], "the result's buffer is allocated after the matmuls that come before it"
+    assert_close(fn(*args), _chain(*args), "written plan")
