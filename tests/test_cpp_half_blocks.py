@@ -1,6 +1,7 @@
 """float16 converted a block at a time (half_blocks.py) and row passes in blocks (row_blocks.py):
 the conversion instructions give the integer spelling's bits, at both vector widths, in
-pointwise kernels and in every kind of row pass, with and without elements after the last block."""
+pointwise kernels and in every kind of row pass, with and without elements after the last block;
+bfloat16 stores in blocks give torch's bits too."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -145,3 +146,21 @@ def test_math_calls_nested_in_rounds():
     got = run(kernel, CppConfig(), {"x": a}, torch.empty(8, 96, dtype=torch.float16))
     rounded = (a.float() * 1.3).half().double()
     torch.testing.assert_close(got, (torch.erf(rounded) * rounded).half(), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("width", WIDTHS)  # 512: vcvtneps2bf16 where the CPU has it; 256: the integer spelling
+def test_bfloat16_stores_in_blocks_round_as_torch(width):
+    """bfloat16 stores round a block at a time to torch's bits: ties to even, overflow to
+    infinity, and float32 denormals kept as bfloat16 denormals (the instruction would flush
+    them, so a vector holding one takes the integer spelling); vectors without one beside them."""
+    gen = torch.Generator().manual_seed(0)
+    ties = 1.0 + (torch.arange(0, 512, dtype=torch.float32) + 0.5) * 2.0**-7  # halfway between bf16s in [1, 2)
+    denormals = torch.tensor([1e-39, -3e-39, 7e-41, 1.1e-38, -1e-45, 2e-39, 0.0, -0.0] * 2)  # one vector
+    special = torch.tensor([float("inf"), -float("inf"), 3.4e38, -3.4e38, 1.17549435e-38, 0.0, -0.0, 1.0] * 2)
+    x_all = torch.cat([ties, denormals, special, torch.randn(32 * 9 - 32, generator=gen) * 1e3])
+    x = ln.placeholder("x", (len(x_all),), ln.float32)
+    (kernel,) = kernels_of([ln.cast(x, ln.bfloat16)], [x])
+    config = CppConfig(vector_width=width)
+    assert "ln_f_to_bf16s<" in generate(kernel, config)
+    got = run(kernel, config, {"x": x_all}, torch.full((len(x_all),), float("nan"), dtype=torch.bfloat16))
+    assert torch.equal(got.view(torch.int16), x_all.bfloat16().view(torch.int16))
