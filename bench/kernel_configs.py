@@ -19,7 +19,6 @@ Check the script on a CPU: TRITON_INTERPRET=1 python bench/kernel_configs.py --c
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -97,9 +96,9 @@ def rows_grid(row: int) -> list[tuple[TritonConfig, int]]:
     return out
 
 
-def pointwise_grid(default: TritonConfig) -> list[tuple[TritonConfig, int]]:
+def pointwise_grid() -> list[tuple[TritonConfig, int]]:
     """Flat blocks of 512-4096 elements and 2-D tiles of 4 rows (``YBLOCK``), over 4 or 8 warps."""
-    return [(dataclasses.replace(default, XBLOCK=x, YBLOCK=y, num_warps=w), 0)
+    return [(TritonConfig(XBLOCK=x, YBLOCK=y, num_warps=w), 0)
             for x in (512, 1024, 2048, 4096) for y in (1, 4) for w in (4, 8)]
 
 
@@ -176,10 +175,8 @@ def main() -> int:
         elif name in POINTWISE:
             fn, shapes, small = POINTWISE[name]
             args = tuple(torch.randn(*shape, device=registry.get("triton").device) for shape in (small if opts.small else shapes))
-            target = SweepTarget(name, fn, args)
-            kernel = compile_target(target, "triton").lowered.compiled.schedule.kernels[0]
-            result = run_case(target, lambda ks: ks[0], pointwise_grid(registry.get("triton").default_config(kernel)),
-                              opts.copy_gbs, peer_us(fn, *args))
+            result = run_case(SweepTarget(name, fn, args), lambda ks: ks[0], pointwise_grid(), opts.copy_gbs,
+                              peer_us(fn, *args))
         elif name in SHORT:
             fn, shape, small = SHORT[name]
             x = torch.randn(*(small if opts.small else shape), device=registry.get("triton").device)

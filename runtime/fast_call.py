@@ -90,16 +90,16 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     last_use = {name: k for k, used in enumerate(uses) for name in used}
     kept = {name for name, _ in plan.outputs} | set(plan.inputs)
     for k, step in enumerate(plan.steps):
+        allocate(uses[k])
+        made_here = []
         if hasattr(step, "names") and hasattr(step, "run"):
-            allocate(step.names)
             lines.append(f"{bind(step.run, 's')}({', '.join(names[n] for n in step.names)})")
         elif hasattr(step, "outs"):  # an extern: an ATen op
-            allocate(uses[k])
             lines += _extern_call(step, names, bind)
-            owned.update(out for out, *_ in step.outs)
+            made_here = [out for out, *_ in step.outs]
+            owned.update(made_here)
         else:
             return None
-        made_here = [out for out, *_ in getattr(step, "outs", ())]
         done = [names[n] for n in dict.fromkeys(uses[k] + made_here)
                 if last_use.get(n, k) == k and n in owned and n not in kept]
         if done:  # freed as soon as read for the last time, so that later allocations reuse them

@@ -195,11 +195,9 @@ def as_written(kernel: Kernel) -> Kernel:
     (``reuse.py``); a pointwise kernel runs inner dims that every access walks as one run as one
     dim (``scheduler/merge_dims.py``)."""
     kernel = merged_reduced_dims(kernel)
-    if kernel.pdomain and kernel.reductions and not reduces_outer_dim(kernel):
-        return reuse_stored_values(two_pass_welford(kernel))
-    if kernel.pdomain and kernel.reductions:
-        return reuse_stored_values(kernel)
-    return merged_inner_dims(kernel)
+    if not (kernel.pdomain and kernel.reductions):
+        return merged_inner_dims(kernel)
+    return reuse_stored_values(kernel if reduces_outer_dim(kernel) else two_pass_welford(kernel))
 
 
 def reduces_outer_dim(kernel: Kernel) -> bool:
