@@ -627,13 +627,20 @@ class KernelWriter:
         if step is not None:
             self.out(indent, *sums.declare())
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
-        calls = vector_blocks.math_calls(self.phase_exprs(mine, stores), pre) if len(rv) == 1 else []
-        lanes = (len(rv) == 1 and pragma is not None and bool(self.own(mine))
-                 and row_lanes.takes_lanes(self.k, self.cfg, calls))
+        calls = vector_blocks.math_calls(self.phase_exprs(mine, stores), pre)
+        lanes = pragma is not None and bool(self.own(mine)) and (
+            row_lanes.takes_lanes(self.k, self.cfg, calls) if len(rv) == 1 else row_lanes.inner_lanes(self.k, self.cfg, calls))
         if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
             self.out(indent, "{")
-            row_lanes.write_lanes(self, indent + "  ", accs, mine, stores, pre, as_var(rv[0]).name, lo, hi,
+            inner = indent + "  "
+            if len(rv) > 1:  # the outer reduced dims as loops, lanes along the innermost
+                self.out(inner, block_loop(as_var(rv[0]).name, lo, hi))
+                inner = self.open_loops(rv[1:-1], sizes[1:-1], inner + "  ")
+                lo, hi = "0", self.c(sizes[-1])
+            row_lanes.write_lanes(self, inner, accs, mine, stores, pre, as_var(rv[-1]).name, lo, hi,
                                   row_lanes.lane_count(self.k, self.cfg), calls)
+            if len(rv) > 1:
+                self.close_loops(len(rv) - 1, inner)
             self.out(indent, "}")
         else:
             self.row_loop(indent, accs, mine, stores, pre, pragma, lo, hi)

@@ -28,9 +28,12 @@ log = logging.getLogger("loopnest")
 # later NaN test reads (max pooling after a ReLU): with traps on it keeps the branches, and PRE
 # threads the NaN test through the select into a bool select it cannot vectorize (a fused
 # relu + max_pool2d ran scalar, 60x slower). Neither changes a result; the suite's kernels time
-# the same with and without them (bench/RESULTS.md, 2026-12-04 23:00).
+# the same with and without them (bench/RESULTS.md, 2026-12-04 23:00). -fno-tree-sink keeps a
+# math call whose value only one arm of a select reads where the code computes it: sunk into
+# that arm it is a branch with a call, which g++ does not if-convert, and the loop stays scalar
+# (a KL divergence's ``where(p == 0, 0, p * log(p))``, an ELU's ``where(x > 0, x, expm1(x))``).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
-         "-fno-trapping-math", "-fno-tree-pre", "-fwrapv") + (
+         "-fno-trapping-math", "-fno-tree-pre", "-fno-tree-sink", "-fwrapv") + (
     ("-lmvec",) if has_libmvec() else ())
 
 

@@ -107,6 +107,16 @@ def vecmath_impl(op: Op, dtype: DType) -> str | None:
     return None
 
 
+def libmvec_name(op: Op, dtype: DType) -> str | None:
+    """The float32 libm function computing ``op`` at ``dtype`` whose vector variant libmvec has
+    (``expm1f``), where vecmath.h does not compute it; None otherwise."""
+    name = LIBM.get(op)
+    if name is None or name.startswith("ln_") or ctype(dtype) != "float" or vecmath_impl(op, dtype) is not None \
+            or not has_libmvec():
+        return None
+    return name + "f"
+
+
 def render_libm(op: Op, dtype: DType, arg: str) -> str:
     """A math call of the precision of ``dtype``'s compute type."""
     single = ctype(dtype) == "float"

@@ -53,7 +53,7 @@ keep their (empty) rest loop: removing it measured 4% slower on the suite's soft
 """
 from __future__ import annotations
 
-from ...ir.index import as_var, product
+from ...ir.index import as_var
 from ...scheduler.kernel import Kernel
 from . import half_blocks, vector_blocks
 from .accumulators import Accumulator
@@ -72,13 +72,27 @@ def vectors(kernel: Kernel, config: CppConfig) -> int:
     return CACHED_VECTORS if moved is not None and moved <= last_level_cache_bytes() // 4 else 1
 
 
+def inner_extent(kernel: Kernel) -> int | None:
+    """Elements of the innermost reduced dim (the row a lane loop runs over), if known."""
+    return kernel.rdomain[-1].as_int()
+
+
 def takes_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
     """Whether a 1-D row phase with reductions of its own runs in lane arrays: where it keeps
     several vectors, where it calls vector math (``vector_blocks``), and where its rows are
     short: ``omp simd reduction`` merges its per-lane copies one after another (16 dependent
     adds on AVX-512), which costs more than reading a short row."""
-    rnumel = product(kernel.rdomain).as_int()
+    rnumel = inner_extent(kernel)
     return vectors(kernel, config) > 1 or bool(calls) or (rnumel is not None and rnumel <= SHORT_ROW)
+
+
+def inner_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
+    """Whether a phase reducing several dims runs its innermost in lane arrays, inside loops over
+    the others: where it calls vector math at least a vector's worth of elements per row. In
+    one ``omp simd`` loop, g++ moved a call under ``where(p == 0, 0, p * log(p))`` into a branch
+    and left the loop scalar (a KL divergence over 64 x 1000 ran at 10 ns per element)."""
+    rnumel = inner_extent(kernel)
+    return bool(calls) and (rnumel is None or rnumel >= config.vector_width // 32)
 
 
 def lane_count(kernel: Kernel, config: CppConfig) -> int:
@@ -88,7 +102,7 @@ def lane_count(kernel: Kernel, config: CppConfig) -> int:
     on setting up and folding the lanes than on its loads."""
     floats = config.vector_width // 32
     count = vectors(kernel, config) * floats
-    rnumel = product(kernel.rdomain).as_int()
+    rnumel = inner_extent(kernel)
     if rnumel is not None:
         count = min(count, max(floats, 1 << (max(rnumel, 1).bit_length() - 1)))  # a power of two <= rnumel
     return max(count, vector_blocks.block_size(kernel) * floats // vector_blocks.BLOCK)
@@ -113,7 +127,7 @@ def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: s
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
     exprs = w.phase_exprs(mine, stores)
-    staging = half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[0]), w.names)
+    staging = half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[-1]), w.names)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     half_blocks.convert_loads(w, indent + "  ", staging, r0, start, count)
     staged = half_blocks.staged_emitter(vector_blocks.emitter_from(w, indent + "  ", pre), staging, "j")

@@ -27,6 +27,12 @@ Calls that nest (exp of an erf, an erf of a value rounded to float16) run in rou
 and the math for the calls whose arguments hold no other call, then the next. Only kernels whose
 indices hold no indirect positions (their checks stay in the plain loop) are written so.
 
+A libm function whose vector variant libmvec has (``expm1f``, ``log1pf``, ``sinf``) is such a
+call too: it runs as an ``omp simd`` loop over the block's array, one out-of-line vector call
+per vector. The loop over the elements may not vectorize (a pixel shuffle's ``(w / 2) + (w %
+2) * HW`` reads: g++ gathers nothing on these cores), and then called per element the function
+costs about 5 ns (an ELU after a pixel shuffle, 262144 floats: 1.43 ms).
+
 A float rounded to float16 between two ops of a float16 graph is such a call too
 (``block_impl``): ``vcvtps2ph`` and back, two instructions a vector, where the integer spelling
 (``ops.ln_f_to_f16``) takes about twenty. float16 GELU of a layernorm, 3000 x 3008, two threads
@@ -38,7 +44,7 @@ from ...ir import dtypes as dt
 from ...ir.expr import Apply, Expr, IndexValue, Load, walk
 from ...ir.index import Indirect
 from ...ir.ops import Op
-from .ops import vecmath_impl
+from .ops import libmvec_name, vecmath_impl
 
 BLOCK = 16  # elements per block of floats: one AVX-512 vector
 MAX_CALLS = 4  # math calls per element written in blocks (an array of 16 floats each)
@@ -73,14 +79,15 @@ def math_calls(exprs, pre=None) -> list[Apply]:
 
 
 def block_impl(node: Expr) -> str | None:
-    """The ``lnv`` function computing ``node`` a vector at a time: a vecmath.h template, or
+    """The function computing ``node`` a vector at a time: a vecmath.h template (``exp_``),
     ``round_half_`` for a float32 rounded to float16 (``vcvtps2ph`` and back where the target
-    has F16C: two instructions a vector, where the integer spelling takes about twenty)."""
+    has F16C: two instructions a vector, where the integer spelling takes about twenty), or a
+    libm function with a libmvec variant, named with its ``f`` (``expm1f``)."""
     if not isinstance(node, Apply):
         return None
     if node.op is Op.CAST:
         return "round_half_" if node.dtype == dt.float16 and node.args[0].dtype == dt.float32 else None
-    return vecmath_impl(node.op, node.dtype)
+    return vecmath_impl(node.op, node.dtype) or libmvec_name(node.op, node.dtype)
 
 
 def indirect(exprs) -> bool:
@@ -113,8 +120,11 @@ def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, 
             w.out(indent + "  ", f"{arrays[call]}[{lane}] = {args.emit(call.args[0])};")
         w.out(indent, "}")
         for call in level:
-            impl = block_impl(call)
-            w.out(indent, f"lnv::blocks<{width}, {count}>({arrays[call]}, [](auto v) {{ return lnv::{impl}(v); }});")
+            impl, array = block_impl(call), arrays[call]
+            if impl.endswith("_"):
+                w.out(indent, f"lnv::blocks<{width}, {count}>({array}, [](auto v) {{ return lnv::{impl}(v); }});")
+            else:  # libmvec's variant, out of line
+                w.out(indent, "#pragma omp simd", f"for (int64_t m_ = 0; m_ < {count}; ++m_) {array}[m_] = {impl}({array}[m_]);")
         done.update({call: f"{arrays[call]}[{lane}]" for call in level})
     results = emitter_from(w, indent + "  ", pre, accs)
     results.cache.update(done)
