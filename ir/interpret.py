@@ -175,6 +175,13 @@ class _Scope:
         self.buffers[buffer][offsets.reshape(-1)] = data.reshape(-1)
 
 
+def evaluate_positions(value: Expr, var: str, extent: int) -> torch.Tensor:
+    """The int64 values of ``value`` (an expression of index values of loop variable ``var``
+    alone, reading no memory) for ``var`` over ``[0, extent)``."""
+    scope = _Scope(env={}, buffers={}, decls={}, vars={var: torch.arange(extent, dtype=torch.int64)})
+    return scope.expr(value).to(torch.int64).expand(extent)
+
+
 # Elementwise combines as reductions of the last axis (OR/AND act on 0/1 flags).
 _FOLD = {Combine.ADD: torch.sum, Combine.MUL: torch.prod, Combine.MAX: torch.amax, Combine.MIN: torch.amin,
          Combine.OR: torch.amax, Combine.AND: torch.amin}

@@ -26,6 +26,7 @@ from ..core.trees import leaves
 from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
                        substitute_vars, walk)
 from ..ir.index import Index, as_var, product
+from ..ir.affine_positions import affine_index
 from ..ir.ops import TRANSCENDENTAL, Op
 from ..ir.nodes import (BufferRef, Extern, Graph, KReduction, KStore, Node, Pointwise, Reduction, domain_vars,
                         interleave)
@@ -134,7 +135,7 @@ def inline_loads(body: Expr, bodies: dict[str, tuple[tuple[Index, ...], Expr]]) 
 
     def fn(node: Expr, visit):
         if isinstance(node, Load):
-            index = tuple(map_indirect(i, visit) for i in node.index)
+            index = tuple(affine_index(map_indirect(i, visit)) for i in node.index)
             if node.buffer in bodies:
                 pvars, pbody = bodies[node.buffer]
                 return substitute_vars(pbody, {as_var(v): i for v, i in zip(pvars, index)})
