@@ -438,7 +438,9 @@ def recombine_divmod(e: Index) -> Index:
     """Rewrite ``k*d*(n // d) + k*(n % d)`` as ``k*n``, which views of views produce.
 
     Reshaping a merged dimension back apart and flattening it again (a transposed attention
-    output seen as a matrix) leaves such pairs; recombined, the access is strided again.
+    output seen as a matrix) leaves such pairs; recombined, the access is strided again. A
+    division by ``a*b`` pairs with ``(n // a) % b`` as ``(n // a) // b`` would (a dim split in
+    three: ``1024*(r // 1024) + 32*((r // 32) % 32) + r % 32`` is ``r``).
     """
     while True:
         divs: dict[tuple, list] = {}
@@ -451,6 +453,10 @@ def recombine_divmod(e: Index) -> Index:
                     factor = Index(((tuple(rest), c),)) if rest else Index.of(c)
                     (divs if isinstance(a, FloorDiv) else mods).setdefault((a.num, a.den), []).append(
                         (Index(((m, c),)), factor))
+        for mod_num, mod_den in list(mods):  # n // (a*b) read as (n // a) // b
+            inner = lone_atom(mod_num)
+            if isinstance(inner, FloorDiv) and (inner.num, inner.den * mod_den) in divs:
+                divs.setdefault((mod_num, mod_den), []).extend(divs[(inner.num, inner.den * mod_den)])
         pair = _matching_divmod(divs, mods)
         if pair is None:
             return e

@@ -89,3 +89,15 @@ def test_recombine_divmod_is_exact(d, n_hi, k, c):
     assert not any(isinstance(a, (FloorDiv, Mod)) for a in r.atoms())
     for value in range(d * n_hi):
         assert evaluate(r, {"j": value}) == evaluate(e, {"j": value})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3), st.integers(-3, 3))
+def test_recombine_divmod_undoes_a_split_in_three(a, b, n_hi, k, c):
+    """A dim split as (n // (a*b), (n // a) % b, n % a) and flattened again is k*n + c."""
+    n = var("n", a * b * n_hi)
+    e = (n // (a * b)) * (k * a * b) + ((n // a) % b) * (k * a) + (n % a) * k + c
+    r = recombine_divmod(e)
+    assert not any(isinstance(x, (FloorDiv, Mod)) for x in r.atoms()), r
+    for value in range(a * b * n_hi):
+        assert evaluate(r, {"n": value}) == evaluate(e, {"n": value})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from typing import Callable
 
 from ...ir import dtypes as dt
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
@@ -182,6 +183,34 @@ class CppEmitter(ExprEmitter):
         self.lines.append(f"{self.indent}{target}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
 
 
+
+def _invariant_values(exprs, em: CppEmitter) -> list[Expr]:
+    """The largest computations in ``exprs`` that do not change inside ``em``'s loop (a channel's
+    scale from its statistics and weight), loads included, to compute once before it: g++
+    does not hoist them itself, because OpenMP's outlined loop body loses the buffers'
+    ``__restrict__`` and a load may then alias the loop's stores (a group norm's
+    ``rsqrt(var + eps) * w[c]``: a square root and a division per vector, 45% of its time)."""
+    return largest_applies(exprs, lambda node: not em.varies(node) and not any(
+        isinstance(n, Apply) and is_int_division(n) for n in walk(node)))
+
+
+def largest_applies(exprs, take: Callable[[Apply], bool]) -> list[Expr]:
+    """The computations (``Apply`` nodes) in ``exprs`` that ``take`` accepts, none inside another."""
+    found: list[Expr] = []
+    seen: set[int] = set()
+    stack = list(exprs)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not isinstance(node, Apply):
+            continue
+        seen.add(id(node))
+        if take(node):
+            found.append(node)
+        else:
+            stack.extend(node.args)
+    return found
+
+
 def generate(kernel: Kernel, config: CppConfig, index_checks: bool = True) -> str:
     """The C++ function for ``kernel`` under ``config``; ``index_checks``: check indirect indices
     (``LOOPNEST_INDEX_CHECKS``). The arguments stay in ``kernel``'s signature order."""
@@ -280,9 +309,12 @@ class KernelWriter:
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
 
-    def hoisted(self, indent: str, accs: dict[str, Accumulator], exprs, varying) -> CppEmitter:
+    def hoisted(self, indent: str, accs: dict[str, Accumulator], exprs, varying,
+                loads: bool = False) -> CppEmitter:
         """An emitter at ``indent`` (outside a loop over ``varying``) that has computed and checked
-        every indirect position of ``exprs`` that does not change inside that loop."""
+        every indirect position of ``exprs`` that does not change inside that loop; with
+        ``loads`` (the loop runs at least once), every computation that does not change there
+        too (``_invariant_values``)."""
         em = self.emitter(indent, accs)
         em.varying = frozenset(as_var(v) for v in varying)
         for root in exprs:
@@ -295,6 +327,9 @@ class KernelWriter:
         if accs:
             for node in self._row_values(exprs, em):
                 em.emit(node)
+        if loads:
+            for node in _invariant_values(exprs, em):
+                em.emit(node)
         return em
 
     @staticmethod
@@ -303,7 +338,6 @@ class KernelWriter:
         constants alone (a row's mean, its rsqrt): computed once before the loop, not per
         element. Loads stay in the loop (it may run zero times), and so do checked integer
         divisions (their error is recorded only where eager would raise)."""
-        found: list[Expr] = []
         ok: dict[Expr, bool] = {}
         for root in exprs:
             for node in walk(root):  # children first
@@ -311,18 +345,7 @@ class KernelWriter:
                     ok[node] = True
                 elif isinstance(node, Apply):
                     ok[node] = not is_int_division(node) and all(ok.get(a, isinstance(a, Const)) for a in node.args)
-        seen: set[int] = set()
-        stack = list(exprs)
-        while stack:
-            node = stack.pop()
-            if id(node) in seen or not isinstance(node, Apply):
-                continue
-            seen.add(id(node))
-            if ok.get(node):
-                found.append(node)
-            else:
-                stack.extend(node.args)
-        return found
+        return largest_applies(exprs, lambda node: ok.get(node, False))
 
     def out(self, indent: str, *stmts: str) -> None:
         self.lines.extend(indent + s for s in stmts)
@@ -440,7 +463,9 @@ class KernelWriter:
             return "  ", None
         self.parallel_for(len(pv) - 1)
         outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
-        return outer, self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        if self.k.pdomain[-1].as_int() is None:  # what is hoisted reads only where the loop runs
+            self.out(outer, f"if ({self.c(self.k.pdomain[-1])} <= 0) continue;")
+        return outer, self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:], loads=True)
 
     def pointwise_math_blocks(self, calls, staging: half_blocks.Staging) -> None:
         """The innermost loop in blocks whose math runs inline (``vector_blocks.py``) and whose
