@@ -13,6 +13,7 @@ import torch
 from ..core.trees import leaves, map_leaves
 from ..dsl.tensor import Tensor, extern
 from ..ir import dtypes as dt
+from . import conv_layout
 from .carriers import Carrier, carrier_of
 from .registry import LoweringContext, LoweringError
 from .symbolic import shape_of, strides_of
@@ -138,6 +139,9 @@ def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
     traced = [_traced_value(a) for a in leaves((node.args, node.kwargs))]
+    channels_last = conv_layout.channels_last_call(node, args, traced)
+    if channels_last is not None:
+        args, traced, val = channels_last
     args, kwargs = _in_traced_layouts((args, kwargs), traced)
     devices = tuple(v.device if isinstance(v, torch.Tensor) else None for v in traced)
     carriers = tuple(carrier_of(v) for v in traced)
