@@ -25,9 +25,17 @@ def _randomized(m: nn.Module) -> nn.Module:
     return m.eval()
 
 
-def _compiled(fn, recorder):
+def _run(fn, x, what: str):
+    """The compiled graph of ``fn`` on ``x``, after checking its result (and strides) against eager's."""
     torch._dynamo.reset()
-    return torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off", "recorder": recorder})
+    graphs = []
+    compiled = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off",
+                                                              "recorder": graphs.append})
+    with torch.no_grad():
+        got, want = compiled(x), fn(x)
+    assert_close(got, want, what)
+    assert got.stride() == want.stride()
+    return graphs[-1].compiled
 
 
 @pytest.mark.parametrize("shape", [(2, 8, 6, 5), (1, 8, 1, 7), (3, 8, 9, 9)])
@@ -36,12 +44,7 @@ def test_depthwise_and_pointwise_convolutions_run_channels_last(shape):
     fn = lambda x: x + m(x)  # noqa: E731
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
     x.view(-1)[3] = float("nan")
-    graphs = []
-    with torch.no_grad():
-        got, want = _compiled(fn, graphs.append)(x), fn(x)
-    assert_close(got, want, "inverted residual")
-    assert got.stride() == want.stride()
-    compiled = graphs[-1].compiled
+    compiled = _run(fn, x, "inverted residual")
     convs = [e for e in compiled.schedule.externs if "convolution" in e.target]
     assert len(convs) == 3
     for e in convs:
@@ -56,11 +59,6 @@ def test_a_dense_3x3_convolution_and_a_convolution_returned_keep_eager_layout():
     conv3, conv1 = nn.Conv2d(4, 6, 3, padding=1).eval(), nn.Conv2d(6, 5, 1).eval()
     fn = lambda x: conv1(torch.relu(conv3(x)))  # noqa: E731
     x = torch.randn(2, 4, 7, 6, generator=torch.Generator().manual_seed(2))
-    graphs = []
-    with torch.no_grad():
-        got, want = _compiled(fn, graphs.append)(x), fn(x)
-    assert_close(got, want, "conv relu conv")
-    assert got.stride() == want.stride()
-    compiled = graphs[-1].compiled
+    compiled = _run(fn, x, "conv relu conv")
     for e in compiled.schedule.externs:
         assert all(compiled.graph.buffers[o].layout.is_contiguous() for o in e.outs)
