@@ -122,8 +122,20 @@ template <class V> static inline V exp_clamped_(V xc, uint32_t keep = 0xffff) {
   return poly(r, p) * s1 * s2;
 }
 
+// e^x rounds to 0 below -104 (less than half the least subnormal). Those lanes are zeroed, not
+// computed from a clamp: 2^n below the subnormals takes the same microcode assist as a subnormal
+// result, and a masked softmax's -inf lanes took one per vector (rows of 100 with a third of them
+// masked: 104 against 18.5 us unmasked, eager 42).
 template <class V> static inline V exp_(V x) {
-  return exp_clamped_(at_least(x, -104.0f));
+  auto under = x < -104.0f;
+#ifdef __AVX512F__
+  if constexpr (sizeof(V) == 64) {
+    __mmask16 keep = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-104.0f), _CMP_NLT_UQ);  // NaN kept
+    return exp_clamped_(under ? splat<V>(-87.0f) : x, keep);
+  }
+#endif
+  V y = exp_clamped_(under ? splat<V>(-87.0f) : x);
+  return under ? splat<V>(0.0f) : y;
 }
 
 // exp for the terms of a softmax sum, exp(x - max(x)): e^x where x >= -87, else 0. It never makes

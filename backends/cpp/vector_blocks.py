@@ -99,13 +99,14 @@ def indirect(exprs) -> bool:
 
 
 def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, accs=None,
-                 count: int = BLOCK, lane: str = "j_"):
+                 count: int = BLOCK, lane: str = "j_", used: str | None = None):
     """Compute ``calls`` for the ``count`` elements of the innermost loop (variable ``var``) from
     ``start``, at ``indent`` (``w``: the ``KernelWriter``; ``pre``: its emitter of loop-invariant
     values, or None; ``accs``: the accumulators the arguments may read): a lane loop writing
     their arguments, then the math inline. Returns an emitter holding the results
     (``lnv_a<k>[<lane>]``) for the lane loop over the same elements, with index ``lane``, that
-    the caller opens next."""
+    the caller opens next. ``used``: only that many elements exist (the rest of a row); the
+    arrays' other entries are zero, and their math is computed and ignored."""
     if not calls:
         return pre
     arrays = {call: f"lnv_a{n}" for n, call in enumerate(calls)}
@@ -113,12 +114,15 @@ def write_blocks(w, indent: str, calls: list[Apply], var: str, start: str, pre, 
     w.out(indent, f"float {', '.join(f'{a}[{count}]' for a in arrays.values())};")
     done: dict[Apply, str] = {}
     for level in _levels(calls):  # calls whose arguments hold other calls wait for those
-        open_lanes(w, indent, var, start, count, lane)
+        open_lanes(w, indent, var, start, count if used is None else used, lane)
         args = emitter_from(w, indent + "  ", pre, accs)
         args.cache.update(done)
         for call in level:
             w.out(indent + "  ", f"{arrays[call]}[{lane}] = {args.emit(call.args[0])};")
         w.out(indent, "}")
+        if used is not None:
+            w.out(indent, f"for (int64_t {lane} = {used}; {lane} < {count}; ++{lane}) {{",
+                  *(f"  {arrays[call]}[{lane}] = 0;" for call in level), "}")
         for call in level:
             impl, array = block_impl(call), arrays[call]
             if impl.endswith("_"):
@@ -142,7 +146,7 @@ def _levels(calls: list[Apply]) -> list[list[Apply]]:
     return levels
 
 
-def open_lanes(w, indent: str, var: str, start: str, count: int = BLOCK, lane: str = "j_") -> None:
+def open_lanes(w, indent: str, var: str, start: str, count: int | str = BLOCK, lane: str = "j_") -> None:
     """Open a lane loop over the ``count`` elements from ``start`` (``var`` is each one's index,
     ``lane`` its place in the block)."""
     w.out(indent, "#pragma omp simd", f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{")
