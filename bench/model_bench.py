@@ -18,7 +18,10 @@ import torch
 
 from loopnest.backends.cpp.compile import prebuild_header
 
+from model_families import FAMILIES
 from model_zoo import MODELS, instantiate
+
+SETS = {"zoo": MODELS, "families": FAMILIES}
 
 torch._dynamo.config.recompile_limit = 64
 torch._inductor.config.fx_graph_cache = False
@@ -52,9 +55,9 @@ def calls_for(fn, args, device: str, target_s: float = 0.05) -> int:
     return max(3, int(target_s / max(one, 1e-7)))
 
 
-def run_model(name: str, device: str, rounds: int, variants: dict[str, dict]) -> dict:
-    """Times and cold compiles of ``name`` for eager, Inductor and each loopnest variant."""
-    model, args = instantiate(name, device)
+def run_model(name: str, device: str, rounds: int, variants: dict[str, dict], catalog: dict = MODELS) -> dict:
+    """Times and cold compiles of ``name`` (of ``catalog``) for eager, Inductor and each loopnest variant."""
+    model, args = instantiate(name, device, catalog=catalog)
     torch._dynamo.reset()
     with torch.no_grad():
         expect = model(*args)
@@ -88,14 +91,18 @@ def main(device: str, variants: dict[str, dict], describe: Callable[[], str]) ->
     """Parse the command line, run every model, print the table; ``describe()`` names the machine
     (called after the command line is parsed, so that ``--help`` needs no device)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", nargs="*", default=list(MODELS))
+    parser.add_argument("models", nargs="*", help="models of the set (default: all of them)")
+    parser.add_argument("--set", choices=sorted(SETS), default="zoo",
+                        help="zoo: transformer and conv blocks (model_zoo.py); families: the other layers (model_families.py)")
     parser.add_argument("--rounds", type=int, default=7)
     opts = parser.parse_args()
-    unknown = sorted(set(opts.models) - set(MODELS))
+    catalog = SETS[opts.set]
+    opts.models = opts.models or list(catalog)
+    unknown = sorted(set(opts.models) - set(catalog))
     if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(MODELS)}")
+        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(catalog)}")
     header_s = prebuild_header() if device == "cpu" else 0.0
-    print(f"# models on {describe()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    print(f"# models ({opts.set}) on {describe()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"median of {opts.rounds} rounds" + (f"; precompiled headers built once in {header_s:.1f} s, apart from "
                                                "the cold columns" if device == "cpu" else ""))
     names = ["eager", "inductor", *variants]
@@ -105,7 +112,7 @@ def main(device: str, variants: dict[str, dict], describe: Callable[[], str]) ->
     print("|---" * (2 * len(names) + len(variants) + 2) + "|")
     rows = []
     for name in opts.models:
-        r = run_model(name, device, opts.rounds, variants)
+        r = run_model(name, device, opts.rounds, variants, catalog)
         rows.append(r)
         us, cold = r["us"], r["cold"]
         speed = [us["eager"] / us[k] for k in names[1:]]

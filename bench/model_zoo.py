@@ -217,9 +217,11 @@ MODELS = {m.name: m for m in [
 ]}
 
 
-def instantiate(name: str, device: str, dtype: torch.dtype = torch.float32, seed: int = 0):
-    """(model in eval mode, example inputs) for ``name`` on ``device``; float inputs in ``dtype``."""
-    spec = MODELS[name]
+def instantiate(name: str, device: str, dtype: torch.dtype = torch.float32, seed: int = 0,
+                catalog: dict | None = None):
+    """(model in eval mode, example inputs) for ``name`` of ``catalog`` (``MODELS`` by default) on
+    ``device``; float inputs in ``dtype``."""
+    spec = (MODELS if catalog is None else catalog)[name]
     torch.manual_seed(seed)
     model = spec.build().eval().to(device=device, dtype=dtype)
     gen = torch.Generator().manual_seed(seed)
