@@ -183,7 +183,6 @@ class CppEmitter(ExprEmitter):
         self.lines.append(f"{self.indent}{target}[{self.offset(buffer, index)}] = {store_value(dtype, v)};")
 
 
-
 def _invariant_values(exprs, em: CppEmitter) -> list[Expr]:
     """The largest computations in ``exprs`` that do not change inside ``em``'s loop (a channel's
     scale from its statistics and weight), loads included, to compute once before it: g++

@@ -57,10 +57,11 @@ class Staging:
 
 def plan(kernel, exprs, stores, var: Var, names) -> Staging:
     """Which loads in ``exprs`` and which element ``stores`` of ``kernel`` move 16-bit floats at
-    unit stride along ``var`` (affine), named from ``names`` (the kernel's counter); none where an
-    index holds an indirect position (its checks keep the element loop whole). float16 is staged
-    both ways; bfloat16 only where it is stored, since g++ vectorizes its load (a shift) but not
-    the rounding into one instruction."""
+    unit stride along ``var`` (affine), and which loads are not affine along it (``gathers``,
+    where ``exprs`` compute), named from ``names`` (the kernel's counter); none where an index
+    holds an indirect position (its checks keep the element loop whole). float16 is staged both
+    ways; bfloat16 only where it is stored, since g++ vectorizes its load (a shift) but not the
+    rounding into one instruction."""
     staging = Staging()
     if vector_blocks.indirect(exprs):
         return staging

@@ -165,7 +165,7 @@ def _rest_in_blocks(w, indent: str, calls, r0: str, start: str, hi: str, count: 
         base, size, n, tail = str(int(hi) - rest), -(-rest // width) * width, str(rest), rest % width
     w.out(indent, "{")
     inner = indent + "  "
-    results = vector_blocks.write_blocks(w, inner, calls, r0, base, pre, lanes[0], size, lane="j", used=n)
+    results = vector_blocks.write_blocks(w, inner, calls, r0, base, pre, scalar[0], size, lane="j", used=n)
     whole = n if rest is None else str(rest - tail)
     if whole != "0":
         _lane_loop(w, inner, whole, base, r0, *lanes, stores, results)
