@@ -43,3 +43,23 @@ def test_symbolic_rows_hoist_only_where_the_loop_runs():
     for rows, cols in [(4, 7), (5, 0), (3, 33)]:
         x, w = torch.randn(rows, cols, generator=gen), torch.randn(rows, 1, generator=gen)
         assert_close(compiled(x, w), fn(x, w), f"{rows}x{cols}")
+
+
+@pytest.mark.parametrize("channels", [16, 3])
+def test_channel_scales_along_the_innermost_dim_go_into_a_table(channels):
+    """Channels-last, the channel is the innermost loop: the scale is computed once per channel
+    into a table before the parallel loops, not per element (``codegen.inner_tables``)."""
+    w, b, mean, var = (torch.randn(channels, generator=G), torch.randn(channels, generator=G),
+                       torch.randn(channels, generator=G), torch.rand(channels, generator=G) + 0.1)
+    fn = lambda x: F.relu6(F.batch_norm(x, mean, var, w, b, training=False))  # noqa: E731
+    x = torch.randn(2, channels, 5, 7, generator=torch.Generator().manual_seed(3)).contiguous(
+        memory_format=torch.channels_last)
+    x[1, 0, 2, 3] = float("nan")
+    got = ln.compile_fx(make_fx(fn)(x), [x], backend="cpp", tune="off")(x)
+    assert_close(got, fn(x), "batch norm, channels-last")
+    torch._dynamo.reset()
+    info = ln.explain(fn, x, backend="cpp", tune="off").graphs[0]
+    body = info.kernels[-1].source_path.read_text()
+    body = body[body.rindex('extern "C" LN_VECTORS_'):]
+    parallel = body.index("#pragma omp parallel")
+    assert "lnt" in body[:parallel] and "sqrt(" in body[:parallel] and "sqrt(" not in body[parallel:]

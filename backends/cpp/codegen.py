@@ -14,7 +14,7 @@ from typing import Callable
 
 from ...ir import dtypes as dt
 from ...ir.expr import AccRef, Apply, Const, Expr, IndexValue, Load, walk
-from ...ir.index import Index, Indirect, Sym, as_var, product
+from ...ir.index import Index, Indirect, Sym, Var, as_var, product
 from ...ir.ops import Op
 from ...scheduler.kernel import Kernel, KernelSignature, signature
 from ...scheduler.merge_dims import merged_inner_dims, merged_reduced_dims
@@ -191,6 +191,29 @@ def _invariant_values(exprs, em: CppEmitter) -> list[Expr]:
     ``rsqrt(var + eps) * w[c]``: a square root and a division per vector, 45% of its time)."""
     return largest_applies(exprs, lambda node: not em.varies(node) and not any(
         isinstance(n, Apply) and is_int_division(n) for n in walk(node)))
+
+
+MAX_TABLE = 16384  # elements of a table over the innermost dim (``inner_tables``): 64 KB of floats
+COSTLY = frozenset({Op.SQRT, Op.RSQRT, Op.TRUEDIV})  # a vector of them costs 10-20 cycles
+
+
+def _table_values(exprs, inner) -> list[Expr]:
+    """The largest computations in ``exprs`` that read the loop variable ``inner`` alone (no
+    other variable, indirect position or accumulator) and hold a square root or a division, but
+    no vector math call (those run on blocks)."""
+    def alone(node: Expr) -> bool:
+        for n in walk(node):
+            if isinstance(n, AccRef) or (isinstance(n, Apply) and (is_int_division(n) or vector_blocks.block_impl(n))):
+                return False
+            if isinstance(n, (Load, IndexValue)):
+                for i in (n.index if isinstance(n, Load) else (n.index,)):
+                    if any(not isinstance(a, Var) or a != inner for a in i.atoms()):
+                        return False
+        return True
+
+    return [n for n in largest_applies(exprs, alone)
+            if any(isinstance(x, Apply) and x.op in COSTLY for x in walk(n))
+            and any(isinstance(x, (Load, IndexValue)) for x in walk(n))]
 
 
 def largest_applies(exprs, take: Callable[[Apply], bool]) -> list[Expr]:
@@ -460,11 +483,35 @@ class KernelWriter:
         pv = self.k.pvars()
         if len(pv) <= 1:
             return "  ", None
+        tables = self.inner_tables()
         self.parallel_for(len(pv) - 1)
         outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
         if self.k.pdomain[-1].as_int() is None:  # what is hoisted reads only where the loop runs
             self.out(outer, f"if ({self.c(self.k.pdomain[-1])} <= 0) continue;")
-        return outer, self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:], loads=True)
+        pre = self.hoisted(outer, {}, [s.value for s in self.k.elem_stores], pv[-1:], loads=True)
+        pre.cache.update(tables)
+        return outer, pre
+
+    def inner_tables(self) -> dict[Expr, str]:
+        """Compute, before the parallel loops, each costly value that depends on the innermost
+        loop variable alone into a table over that dim (a batch norm's ``rsqrt(var[c] + eps) *
+        w[c]`` where channels are innermost, channels-last); returns the table reads that stand
+        for those values. Hoisting cannot help there, and computed per element it cost a square
+        root and a division per vector (``_table_values``)."""
+        inner, size = as_var(self.k.pvars()[-1]), self.k.pdomain[-1].as_int()
+        if size is None or size > MAX_TABLE:
+            return {}
+        found = _table_values([s.value for s in self.k.elem_stores], inner)
+        reads = {}
+        for node in found:
+            table = f"lnt{next(self.names)}"
+            self.out("  ", f"{ctype(node.dtype)} {table}[{size}];", "#pragma omp simd",
+                     f"for (int64_t {inner.name} = 0; {inner.name} < {size}; ++{inner.name}) {{")
+            em = self.emitter("    ", {})
+            self.out("    ", f"{table}[{inner.name}] = {em.emit(node)};")
+            self.out("  ", "}")
+            reads[node] = f"{table}[{inner.name}]"
+        return reads
 
     def pointwise_math_blocks(self, calls, staging: half_blocks.Staging) -> None:
         """The innermost loop in blocks whose math runs inline (``vector_blocks.py``) and whose
