@@ -25,7 +25,7 @@ from ..ir import dtypes as dt
 from ..ir.index import Index, bare_symbol, contiguous_strides, is_nonneg, symbols_in
 from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
-from . import row_order
+from . import row_order, symbolic, tensors
 from .carriers import Carrier, carrier_of
 from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
 from .symbolic import shape_of, strides_of, to_index
@@ -188,6 +188,13 @@ class FxLowering:
             return to_index(val)
         if isinstance(val, (bool, float)):
             return val
+        if isinstance(val, torch.SymFloat):  # a mean over a dynamic batch divides by float(s0)
+            size = symbolic.float_size(val)
+            if size is not None:
+                return tensors.cast(tensors.size_value(size), dt.float64)
+            operands = self._arg(node.args)
+            if node.target in _FLOAT_ARITHMETIC and any(isinstance(a, Tensor) for a in operands):
+                return node.target(*operands)  # a 0-d float64 tensor, as Python computes SymFloats in double
         raise LoweringError(f"{node.format_node()}: {node.target} is not an ATen op and its value "
                             f"{val!r} is not a size")
 
@@ -322,6 +329,9 @@ def _carrier_in(node: torch.fx.Node) -> Carrier | None:
     values = list(val) if isinstance(val, (tuple, list)) else [val]
     values += [a.meta.get("val") for a in node.all_input_nodes]
     return next((c for c in map(carrier_of, values) if c is not None), None)
+
+
+_FLOAT_ARITHMETIC = frozenset({operator.truediv, operator.mul, operator.add, operator.sub, operator.neg})  # of SymFloats
 
 
 def _is_scalar(val) -> bool:

@@ -47,6 +47,20 @@ def sympy_to_index(expr) -> Index:
     raise SymbolicError(f"size expression {expr} ({type(expr).__name__}) has no loopnest equivalent")
 
 
+def float_size(value) -> Index | None:
+    """The size a SymFloat converts to float (``sym_float(s0)``, ``ToFloat(s0 * s1)``), or None for
+    any other value."""
+    if not isinstance(value, torch.SymFloat):
+        return None
+    expr = value.node.expr
+    if type(expr).__name__ != "ToFloat" or len(expr.args) != 1:
+        return None
+    try:
+        return sympy_to_index(expr.args[0])
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+
+
 def to_index(value) -> Index:
     """An int or a SymInt (or an Index) as an ``Index``."""
     if isinstance(value, Index):

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from ..ir.expr import AccRef, Apply, Expr, Load, loads, rewrite, walk
+from ..ir.expr import AccRef, Apply, Expr, IndexValue, Load, loads, rewrite, walk
 from ..ir.hashing import structural_digest
-from ..ir.index import Index, as_var, product, symbols_in
+from ..ir.index import Index, Indirect, as_var, product, symbols_in
 from ..ir.nodes import Buffer, KReduction, KStore, domain_vars
 from ..ir.printer import Printer
 
@@ -152,8 +152,26 @@ def signature(kernel: Kernel) -> KernelSignature:
     for name in bufs:
         lay = kernel.buffers[name].layout
         exprs += lay.sizes + lay.strides + (lay.offset,)
+    stores = kernel.elem_stores + kernel.row_stores + kernel.col_stores
+    exprs += [i for st in stores for i in st.index] + [i for e in kernel.expressions() for i in _indices(e)]
     syms = {n for e in exprs for n in symbols_in(e)}
     return KernelSignature(tuple(bufs), tuple(sorted(syms)))
+
+
+def _indices(root: Expr) -> list[Index]:
+    """Every index ``root`` reads through (loads, index values, and the values and bounds of the
+    indirect positions inside them): a size read as a number (``float(s0)``) or a slice's
+    symbolic start is a symbol the kernel takes even where no domain or layout holds it."""
+    out: list[Index] = []
+    for node in walk(root):
+        if isinstance(node, (Load, IndexValue)):
+            for i in node.index if isinstance(node, Load) else (node.index,):
+                out.append(i)
+                for a in i.atoms():
+                    if isinstance(a, Indirect):
+                        out.append(a.bound)
+                        out += _indices(a.value)
+    return out
 
 
 def rewrite_kernel(kernel: Kernel, fn, keep=None) -> Kernel:

@@ -191,6 +191,11 @@ DYNAMIC_CASES = {
     "reshape_floordiv": lambda x: x.reshape(-1, 2).sum(1).reshape(x.shape[0], -1),  # sizes s*t // 2
     "step_vs_half": lambda x: x[:, ::2] + x.reshape(x.shape[0], -1, 2).sum(-1),  # (s+1)//2 == s//2
     "gather_rows": lambda x: x[torch.arange(x.shape[0] - 1, -1, -1)] + x[:, -1:],
+    # a kernel of no loops reading a size (the scale of a nearest interpolation): its symbol
+    # is an argument though no domain or layout holds it
+    "nearest_2x": lambda x: Fn.interpolate(x[None, None], scale_factor=2, mode="nearest").sum((0, 1)),
+    # SymFloats: 0.1 / float(classes) and a mean over the batch
+    "smoothed_ce": lambda x: Fn.cross_entropy(x, torch.arange(x.shape[0]) % x.shape[1], label_smoothing=0.1),
 }
 
 
