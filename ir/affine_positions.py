@@ -44,7 +44,7 @@ def affine_atom(a: Indirect) -> Index | None:
         return None
     try:
         values = evaluate_positions(a.value, p.name, extent)
-    except (RuntimeError, TypeError, KeyError):
+    except (RuntimeError, TypeError, KeyError, ValueError, IndexError, ZeroDivisionError):
         return None
     if values.shape != (extent,) or bool((values < 0).any()) or bool((values >= bound).any()):
         return None

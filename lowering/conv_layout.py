@@ -53,8 +53,9 @@ def _wanted(node: torch.fx.Node, x_val) -> bool:
         return False
     if any(not isinstance(s, int) for s in (*x_val.shape, *x_val.stride())):
         return False
-    weight = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
-    if not isinstance(weight, torch.Tensor) or not (node.args[8] > 1 or all(k == 1 for k in weight.shape[2:])):
+    weight = node.args[1].meta.get("val") if len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node) else None
+    groups = node.args[8] if len(node.args) > 8 else node.kwargs.get("groups", 1)
+    if not isinstance(weight, torch.Tensor) or not (groups > 1 or all(k == 1 for k in weight.shape[2:])):
         return False  # a dense convolution of a larger kernel gains less than its layout changes cost
     return not any(u.op == "output" for u in node.users)
 
