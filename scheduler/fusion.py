@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..core.trees import leaves
+from ..ir.affine_positions import affine_index
 from ..ir.expr import (AccRef, Apply, Expr, IndexValue, Indirect, Load, loads, map_indirect, rewrite,
                        substitute_vars, walk)
 from ..ir.index import Index, as_var, product
-from ..ir.affine_positions import affine_index
 from ..ir.ops import TRANSCENDENTAL, Op
 from ..ir.nodes import (BufferRef, Extern, Graph, KReduction, KStore, Node, Pointwise, Reduction, domain_vars,
                         interleave)
