@@ -226,8 +226,9 @@ class TritonAccumulator:
                 _LIFT[lift].format(v=value, rindex=rindex, shape=shape, t=c.tl_type)
             if mask is None or lift is Lift.ZERO:  # Welford's m2: 0 is its identity
                 out[c.suffix] = expr
-            elif lift is Lift.ONE:                 # Welford's count: 0 in masked lanes
-                out[c.suffix] = f"tl.where({mask}, 1.0, 0.0).to({c.tl_type})"
+            elif lift is Lift.ONE:  # Welford's count: 0 in masked lanes, over the whole tile (a row
+                # mask alone is [XBLOCK, 1]: each row then counted one element, not RBLOCK)
+                out[c.suffix] = f"tl.where({mask}, {expr}, 0)"
             else:
                 out[c.suffix] = f"tl.where({mask}, {expr}, {c.identity})"
         return out
