@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 from pathlib import Path
 from types import ModuleType
 
@@ -22,7 +23,9 @@ from ...core.files import atomic_write
 from ...ir.index import evaluate
 from ..tensor_helpers import allocator
 from .codegen import INDEX32_LIMIT, Program
-from .launch import direct_launch
+from .launch import StaticLaunch, TritonLaunch, direct_launch
+
+log = logging.getLogger("loopnest")
 
 _MODULES: dict[tuple[str, bool], ModuleType] = {}
 
@@ -237,8 +240,18 @@ class _Step:
         fast = self.kernels.get((device, aligned))
         if fast is None:
             fast = self.kernels[(device, aligned)] = self._load(args, device)
-        args.extend(self.tail)
-        fast(self.programs, stream, args)
+        call_args = args + self.tail
+        try:
+            fast(self.programs, stream, call_args)
+        except RuntimeError as e:
+            if not isinstance(fast, StaticLaunch):
+                raise
+            # PyTorch's launcher refused it (a dynamic-shape kernel with index asserts got "CUDA
+            # driver error: invalid argument" on an H100): Triton's own launcher from now on
+            log.debug("loopnest: %s goes through Triton's launcher: %s", self.fn.__name__, e)
+            with torch.cuda.device(device):
+                fast = self.kernels[(device, aligned)] = TritonLaunch(self.compiled(args))
+            fast(self.programs, stream, call_args)
 
     def warmup(self, device: int) -> None:
         """Compile and load the kernel for aligned tensors of the dtypes ``fn`` expects."""

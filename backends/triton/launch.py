@@ -5,7 +5,8 @@ builds with gcc the first time (0.2-0.3 s per new signature with a cold cache). 
 prebuilt launcher (``torch._C._StaticCudaLauncher``, wrapped by Inductor's
 ``StaticallyLaunchedCudaKernel``) that launches a cubin given a type string of its parameters;
 kernels go through it when this torch has it and the kernel fits its limits (one CTA, no scratch
-memory, no launch hooks), and through Triton's launcher otherwise.
+memory, no launch hooks), and through Triton's launcher otherwise, or once PyTorch's refuses a
+kernel at launch (``compile._Step.launch``).
 """
 from __future__ import annotations
 
