@@ -122,6 +122,7 @@ UNARY = _overloads(*((op, op.name.lower(), "default") for op in (
     (Op.BITNOT, "bitwise_not", "default"))
 BINARY = _overloads(
     (Op.MUL, "mul", "Tensor", "Scalar"), (Op.TRUEDIV, "div", "Tensor", "Scalar"),
+    (Op.TRUEDIV, "true_divide", "Tensor", "Scalar"), (Op.MUL, "multiply", "Tensor", "Scalar"),
     (Op.MOD, "remainder", "Tensor", "Scalar", "Scalar_Tensor"), (Op.FMOD, "fmod", "Tensor", "Scalar"),
     (Op.POW, "pow", "Tensor_Tensor", "Tensor_Scalar", "Scalar"), (Op.ATAN2, "atan2", "default"),
     (Op.MAXIMUM, "maximum", "default"), (Op.MINIMUM, "minimum", "default"),

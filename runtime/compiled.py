@@ -314,6 +314,7 @@ class BoundExtern:
     def __init__(self, node: Extern, decls: Mapping[str, Buffer], inputs: set[str], env: dict[str, int],
                  device: str):
         self.name = node.name
+        self.device = device
         specialize = getattr(node.fn, "for_device", None)
         self.fn = specialize(device) if specialize is not None else node.fn
         self.refs: list[tuple[str, tuple | None]] = []
@@ -352,6 +353,8 @@ class BoundExtern:
             result = self.fn(*map_leaves(fill, self.args), **map_leaves(fill, self.kwargs))
         results = (result,) if isinstance(result, torch.Tensor) else result
         for (name, sizes, strides), t in zip(self.outs, results):
+            if t.device.type != self.device:  # an op on CPU scalars (scalar_tensor) of a CUDA graph
+                t = t.to(next((b.device for b in buffers.values() if b.device.type == self.device), self.device))
             buffers[name] = t if t.shape == sizes and t.stride() == strides else self.fitted(name, t)
 
     def fitted(self, name: str, t: torch.Tensor) -> torch.Tensor:

@@ -199,6 +199,21 @@ DYNAMIC_CASES = {
 }
 
 
+def test_a_dynamic_interpolation_scale_is_computed_by_a_kernel():
+    """Under dynamic shapes nearest interpolation computes its scale from scalar tensors that
+    ATen makes on the CPU (``scalar_tensor``, then ``true_divide``): lowered, that division runs in
+    a kernel on the graph's device instead of an ATen call on the CPU, whose result a CUDA graph
+    could not read."""
+    recorded = []
+    fn = DYNAMIC_CASES["nearest_2x"]
+    f = torch.compile(fn, backend="loopnest", dynamic=True, options={"recorder": recorded.append})
+    with torch.no_grad():
+        for n in (3, 5):
+            x = torch.randn(n, 2 * n)
+            torch.testing.assert_close(f(x), fn(x))
+    assert not [fb for g in recorded for fb in g.program.fallbacks if "divide" in str(fb.op)]
+
+
 @pytest.mark.parametrize("case", sorted(DYNAMIC_CASES))
 def test_dynamic_shapes_views_and_indexing(case):
     f = DYNAMIC_CASES[case]
