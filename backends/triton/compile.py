@@ -246,8 +246,9 @@ class _Step:
         except RuntimeError as e:
             if not isinstance(fast, StaticLaunch):
                 raise
-            # PyTorch's launcher refused it (a dynamic-shape kernel with index asserts got "CUDA
-            # driver error: invalid argument" on an H100): Triton's own launcher from now on
+            # PyTorch's launcher refused the launch: Triton's own from now on, which checks its
+            # arguments and says what is wrong (a CPU tensor given to a CUDA kernel came back
+            # from PyTorch's as "CUDA driver error: invalid argument", from Triton's by name)
             log.debug("loopnest: %s goes through Triton's launcher: %s", self.fn.__name__, e)
             with torch.cuda.device(device):
                 fast = self.kernels[(device, aligned)] = TritonLaunch(self.compiled(args))
