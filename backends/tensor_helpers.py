@@ -22,3 +22,9 @@ def allocator(device: str):
 
 
 reinterpret_tensor = _reinterpret_tensor
+
+
+def device_flag(device: str) -> str:
+    """The tensor attribute that says a tensor is on ``device`` ("is_cuda", "is_cpu"): read per
+    call, it builds no device object."""
+    return "is_cuda" if device == "cuda" else "is_cpu"

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import torch
 
 from ..backends.base import Artifact, Backend, Launcher
-from ..backends.tensor_helpers import allocator as _allocator, reinterpret_tensor as _reinterpret_tensor
+from ..backends.tensor_helpers import allocator as _allocator, device_flag, reinterpret_tensor as _reinterpret_tensor
 from ..core import settings
 from ..core.trees import map_leaves
 from ..ir.index import Index, bare_symbol, evaluate
@@ -103,7 +103,7 @@ class CompiledGraph:
         self.planned = [(self.graph.buffers[b], slot) for b, slot in self.memory.slot_of.items()]
         self.poison = settings.current().poison if poison is None else poison
         self._dtypes = tuple(b.dtype.torch for b in self.inputs)
-        self._device_flag = "is_cuda" if self.device == "cuda" else "is_cpu"
+        self._device_flag = device_flag(self.device)
 
     def with_launchers(self, overrides: Mapping[str, Launcher], poison: bool | None = None) -> "CompiledGraph":
         """A new graph that runs ``overrides`` in place of those kernels' launchers (and, with
@@ -315,6 +315,7 @@ class BoundExtern:
                  device: str):
         self.name = node.name
         self.device = device
+        self.on_device = device_flag(device)
         specialize = getattr(node.fn, "for_device", None)
         self.fn = specialize(device) if specialize is not None else node.fn
         self.refs: list[tuple[str, tuple | None]] = []
@@ -353,7 +354,7 @@ class BoundExtern:
             result = self.fn(*map_leaves(fill, self.args), **map_leaves(fill, self.kwargs))
         results = (result,) if isinstance(result, torch.Tensor) else result
         for (name, sizes, strides), t in zip(self.outs, results):
-            if t.device.type != self.device:  # an op on CPU scalars (scalar_tensor) of a CUDA graph
+            if not getattr(t, self.on_device):  # an op on CPU scalars (scalar_tensor) of a CUDA graph
                 t = t.to(next((b.device for b in buffers.values() if b.device.type == self.device), self.device))
             buffers[name] = t if t.shape == sizes and t.stride() == strides else self.fitted(name, t)
 

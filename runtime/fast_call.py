@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..backends.tensor_helpers import reinterpret_tensor
+from ..backends.tensor_helpers import device_flag, reinterpret_tensor
 
 
 class _Miss:
@@ -44,7 +44,7 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty,
                                 "Tensor": torch.Tensor}
     lines, checks = [], []
-    device_flag = "is_cuda" if plan.device == "cuda" else "is_cpu"
+    on_device = device_flag(plan.device)
 
     def bind(value, prefix: str) -> str:
         key = f"{prefix}{len(scope)}"
@@ -60,7 +60,7 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
             lines.append(f"{var} = args[{positions[k]}]")
             dtype = bind(plan.input_dtypes[k], "d")
             checks.append(f"{var}.shape == {plan.input_shapes[k]!r} and {var}.dtype is {dtype} and "
-                          f"{var}.{device_flag} and {var}.is_contiguous()")
+                          f"{var}.{on_device} and {var}.is_contiguous()")
         else:
             lines.append(f"{var} = {bind(constants[k - len(positions)], 'c')}")
     if checks:

@@ -77,10 +77,11 @@ def plan(kernel, exprs, stores, var: Var, names) -> Staging:
         for node in walk(root):
             if not isinstance(node, Load) or node in staging.loads or node in staging.gathers or node.buffer in stored:
                 continue
-            flat = kernel.buffers[node.buffer].layout.flat_index(node.index)
-            if _unit_stride(kernel, node.buffer, node.index, var, STAGED_LOADS):
+            buf = kernel.buffers[node.buffer]
+            stride = stride_along(buf.layout.flat_index(node.index), var)
+            if stride == 1 and buf.dtype in STAGED_LOADS:
                 staging.loads[node] = f"lnh{next(names)}"
-            elif computes and stride_along(flat, var) is None:
+            elif computes and stride is None:
                 staging.gathers[node] = f"lng{next(names)}"
     return staging
 

@@ -240,9 +240,10 @@ class _Step:
         fast = self.kernels.get((device, aligned))
         if fast is None:
             fast = self.kernels[(device, aligned)] = self._load(args, device)
-        call_args = args + self.tail
+        positional = len(args)
+        args.extend(self.tail)
         try:
-            fast(self.programs, stream, call_args)
+            fast(self.programs, stream, args)
         except RuntimeError as e:
             if not isinstance(fast, StaticLaunch):
                 raise
@@ -251,8 +252,8 @@ class _Step:
             # from PyTorch's as "CUDA driver error: invalid argument", from Triton's by name)
             log.debug("loopnest: %s goes through Triton's launcher: %s", self.fn.__name__, e)
             with torch.cuda.device(device):
-                fast = self.kernels[(device, aligned)] = TritonLaunch(self.compiled(args))
-            fast(self.programs, stream, call_args)
+                fast = self.kernels[(device, aligned)] = TritonLaunch(self.compiled(args[:positional]))
+            fast(self.programs, stream, args)
 
     def warmup(self, device: int) -> None:
         """Compile and load the kernel for aligned tensors of the dtypes ``fn`` expects."""
