@@ -12,6 +12,8 @@ import hashlib
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from .short_attention import MAX_KEYS, short_attention
+
 aten = torch.ops.aten
 
 EXTRA = [
@@ -23,10 +25,11 @@ EXTRA = [
     aten._adaptive_avg_pool2d,
 ]
 # Not decomposed: var_mean has a rule of its own (one Welford pass instead of several reductions);
-# CPU flash attention stays an ATen call (an Extern), as the design wants for attention, and its
-# core decomposition gives wrong gradients under AOTAutograd on torch 2.13 (a TransformerEncoderLayer
-# backward differs from eager by O(1); see tests/test_dynamo.py).
-KEEP = [aten.var_mean.correction, aten._scaled_dot_product_flash_attention_for_cpu.default]
+# CPU flash attention's core decomposition gives wrong gradients under AOTAutograd on torch 2.13 (a
+# TransformerEncoderLayer backward differs from eager by O(1); see tests/test_dynamo.py): ours
+# (``short_attention``) replaces it for short key sequences and keeps the ATen call elsewhere.
+KEEP = [aten.var_mean.correction]
+OURS = {aten._scaled_dot_product_flash_attention_for_cpu.default: short_attention}
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,6 +38,7 @@ def _table() -> dict:
     table.update(get_decompositions(EXTRA))
     for op in KEEP:
         table.pop(op, None)
+    table.update(OURS)
     return table
 
 
@@ -55,6 +59,7 @@ def table_fingerprint() -> str:
 @functools.lru_cache(maxsize=None)
 def _fingerprint() -> str:
     names = sorted(str(op) for op in _table() if op.namespace == "aten")
+    names.append(f"short attention up to {MAX_KEYS} keys")
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
