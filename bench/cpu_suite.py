@@ -13,7 +13,11 @@ separates from the kernels'. "floor" is eager's own kernels through ``torch.comp
 ``eager`` backend: the least any ``torch.compile`` backend can add to a call, so eager/floor is the
 most that a backend whose kernels only match eager's can reach on the row.
 Timings are interleaved round by round so the shared machine's noise hits every column alike; a
-round times each column's calls back to back for about ``ROUND_S`` (the median round counts).
+round times each column's calls back to back for about ``ROUND_S`` (the median round counts),
+after one untimed call, and each round starts one column further on: what a column leaves behind
+(its buffers in a large L3, the memory system's state) slows the column after it for several
+calls, so a fixed order penalizes a fixed column (a layernorm's loopnest column read 5.4 ms
+right after Inductor's and 3.7 ms as the next column).
 Training rows (``train``) are timed as one step, forward and backward (``training_step``), and
 count ``Workload.min_bytes``. The memory columns give, for each column, the peak bytes torch's
 allocator holds during one call (outputs and gradients included), and the resident set's growth
@@ -114,8 +118,11 @@ def run(name: str, size: str, rounds: int, trials: int, gbs: float) -> dict:
             fn()
             fastest = min(fastest, time.perf_counter() - t0)
     calls = max(1, min(1000, round(ROUND_S / fastest)))  # back-to-back calls per round, the same for all
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    order = list(fns)
+    for r in range(rounds):
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            fn = fns[k]
+            fn()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
