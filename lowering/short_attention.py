@@ -10,7 +10,8 @@ The decomposition returns what the ATen op returns, in its layouts: the output l
 query, and the log-sum-exp of the scaled scores as ``(batch, query, head)`` memory viewed as
 ``(batch, head, query)``. AOTAutograd differentiates the op itself (its backward reads both), so
 training graphs stay exact. Anything else (dropout, an explicit mask, grouped heads, 16-bit
-dtypes, symbolic or longer sequences) returns ``NotImplemented``: the op stays an ATen call.
+dtypes, symbolic or longer sequences, empty tensors) returns ``NotImplemented``: the op stays an
+ATen call.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _applies(query, key, value, dropout_p, attn_mask) -> bool:
     return (dropout_p == 0.0 and attn_mask is None and query.dim() == key.dim() == value.dim() == 4
             and query.dtype == key.dtype == value.dtype == torch.float32 and _static(query, key, value)
             and query.shape[1] == key.shape[1] == value.shape[1] and key.shape[2] == value.shape[2]
-            and query.shape[3] == key.shape[3] == value.shape[3] and 0 < key.shape[2] <= MAX_KEYS)
+            and query.shape[3] == key.shape[3] == value.shape[3] and 0 < key.shape[2] <= MAX_KEYS
+            and query.numel() > 0)
 
 
 def _like(t: torch.Tensor, layout_of: torch.Tensor) -> torch.Tensor:
@@ -50,12 +52,11 @@ def short_attention(query, key, value, dropout_p: float = 0.0, is_causal: bool =
     batch, heads, length, dim = query.shape
     keys = key.shape[2]
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
-    # contiguous heads: BLAS runs strided batches slower (128 x 64 heads of a (L, B, H*E) projection:
-    # 280 against 200 us), and the copy fuses into the kernel that computes them
-    q, k, v = (t.contiguous().view(batch * heads, -1, dim) for t in (query, key, value))
+    q, k, v = (t.reshape(batch * heads, -1, dim) for t in (query, key, value))
     scores = torch.bmm(q, k.transpose(1, 2)) * scale
     if is_causal:  # top left aligned, as flash attention: query i sees keys 0..i
-        visible = torch.arange(keys, device=query.device) <= torch.arange(length, device=query.device)[:, None]
+        rows, cols = (torch.arange(n, device=query.device) for n in (length, keys))
+        visible = cols <= rows[:, None]
         scores = torch.where(visible, scores, float("-inf"))
     top = scores.amax(-1, keepdim=True)
     exps = torch.exp(scores - top)

@@ -52,13 +52,15 @@ def test_output_laid_out_as_a_strided_query():
     torch.testing.assert_close(out, fl_out, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["mask", "dropout", "bfloat16", "long", "grouped"])
+@pytest.mark.parametrize("case", ["mask", "dropout", "bfloat16", "long", "grouped", "empty"])
 def test_other_calls_keep_flash_attention(case):
     q, k, v = _qkv(1, 2, 4, MAX_KEYS + 1 if case == "long" else 4, 8,
                    dtype=torch.bfloat16 if case == "bfloat16" else torch.float32)
     kwargs = {"attn_mask": torch.zeros(4, 4)} if case == "mask" else {}
     if case == "grouped":
         k, v = k[:, :1], v[:, :1]
+    if case == "empty":
+        q = q[:, :, :0]
     assert short_attention(q, k, v, 0.1 if case == "dropout" else 0.0, **kwargs) is NotImplemented
 
 
