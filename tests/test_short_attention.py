@@ -29,7 +29,8 @@ def _qkv(batch, heads, length, keys, dim, dtype=torch.float32, seed=0):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 3, 5, 7, 8), (1, 2, 9, 4, 16), (2, 1, 1, MAX_KEYS, 4)])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7, 8), (1, 2, 9, 4, 16), (2, 1, 1, MAX_KEYS, 4), (1, 1, 1, 1, 1),
+                                   (3, 2, 17, 1, 5)])
 def test_matches_flash_attention_values_and_layouts(shape, causal):
     q, k, v = _qkv(*shape)
     want_out, want_lse = flash(q.double(), k.double(), v.double(), is_causal=causal, scale=0.3)
@@ -68,8 +69,9 @@ def _attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def test_compiled_short_attention_runs_matmuls_and_one_kernel():
-    q, k, v = _qkv(2, 4, 16, 16, 8)
+@pytest.mark.parametrize("shape", [(2, 4, 16, 16, 8), (3, 2, 17, 1, 5), (1, 1, 3, 200, 64)])
+def test_compiled_short_attention_runs_matmuls_and_one_kernel(shape):
+    q, k, v = _qkv(*shape)
     with torch.no_grad():
         explained = ln.explain(_attention, q, k, v)
         got = torch.compile(_attention, backend="loopnest")(q, k, v)
