@@ -33,6 +33,15 @@ def _triton_mode():
         yield
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches cleared before and after the test: nothing compiled by another test, and no
+    size made dynamic by another test's recompiles."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(params=["cpp", "triton"])
 def backend(request):
     """Each backend in turn (Triton in its interpreter without a GPU), for shared correctness tests."""

@@ -12,13 +12,9 @@ from loopnest.lowering.short_attention import MAX_KEYS, short_attention
 flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Static shapes in every test: a recompile at another size would make them symbolic, and
-    symbolic sequence lengths keep flash attention."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Static shapes in every test: a recompile at another size would make them symbolic, and symbolic
+# sequence lengths keep flash attention.
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _qkv(batch, heads, length, keys, dim, dtype=torch.float32, seed=0):

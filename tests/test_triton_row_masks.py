@@ -5,7 +5,9 @@ that are not a multiple of the rows per program)."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
+import loopnest as ln
 from conftest import assert_close
 
 G = torch.Generator().manual_seed(11)
@@ -34,10 +36,6 @@ def test_rows_of_a_whole_block_with_a_row_mask(name):
 @pytest.mark.parametrize("rows", [1001, 37])
 def test_static_rows_that_do_not_fill_the_last_program(rows):
     """Static sizes too: 1001 rows of 64 put several rows in a program and mask the last ones."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    import loopnest as ln
-
     fn = CASES["layernorm"]
     x = torch.randn(rows, 64, generator=G) * 3 + 1
     got = ln.compile_fx(make_fx(fn)(x), [x], backend="triton", tune="off")(x)
