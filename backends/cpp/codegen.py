@@ -26,7 +26,7 @@ from .across import AcrossRows
 from .blocked_sums import BlockedSums, block_loop, column_step, open_blocks, row_step
 from .checks import Deferred, ErrorSite, ZeroDivision, error_sites, is_int_division
 from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_const, render_libm, store_value
-from .params import MAX_CHUNK, MAX_THREADS, CppConfig
+from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
 from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
@@ -34,8 +34,7 @@ from .tiling import TILE, transposed_dim
 from .two_pass import two_pass_welford
 
 
-# Elements (rows x reduced elements) below which a kernel runs on one thread, and the least work
-# each further thread of a team gets (ATen's grain size for its parallel loops).
+# Elements (rows x reduced elements) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 15
 
 
@@ -321,7 +320,7 @@ class KernelWriter:
         self.c = IndexPrinter(atom_name)  # sizes in C syntax (str(Index) writes // for floor)
         work = product(kernel.pdomain) * product(kernel.rdomain)
         self.serial = work.as_int() is not None and work.as_int() < PARALLEL_MIN_WORK  # known small: one thread
-        self.threads = f" num_threads({config.threads})" if config.threads else self._team_size(work)
+        self.threads = f" num_threads({config.threads})" if config.threads else ""
         self.threads += self._parallel_if(work)
         # reductions across rows: each thread's block partials, one element per point of the rdomain
         self.across = {r.name: Accumulator(r, f"blk{n}_", f"[{self.flat_r()}]") for n, r in enumerate(kernel.across)}
@@ -408,19 +407,6 @@ class KernelWriter:
     def close_loops(self, count: int, indent: str) -> None:
         for n in range(count):
             self.out(indent[: len(indent) - 2 * (n + 1)], "}")
-
-    def _team_size(self, work: Index) -> str:
-        """A ``num_threads`` clause giving each thread at least PARALLEL_MIN_WORK elements of
-        ``work``, within the threads OpenMP would use: waking 16 threads for work that 3 finish
-        sooner costs more than it gains (a short attention's four small kernels took 283 µs on 16
-        cores against 340 on 2, where ATen's, sized this way, scaled)."""
-        known = work.as_int()
-        if known is not None:
-            if known < PARALLEL_MIN_WORK or known >= MAX_THREADS * PARALLEL_MIN_WORK:
-                return ""  # one thread (the ``if`` clause), or any machine's every core
-            return f" num_threads(std::min(omp_get_max_threads(), {-(-known // PARALLEL_MIN_WORK)}))"
-        teams = f"1 + (({self.c(work)}) - 1) / {PARALLEL_MIN_WORK}"  # at least 1, even for no work
-        return f" num_threads((int)std::min<int64_t>(omp_get_max_threads(), {teams}))"
 
     def _parallel_if(self, work: Index) -> str:
         """An ``if`` clause keeping kernels of ``work`` elements, when small, on one thread: waking
