@@ -47,10 +47,12 @@ def split_calls(fn, x, calls: int, before=None) -> tuple[float, float, float]:
 
 
 def column_sum(x):
+    """The op every call runs: a sum over the rows."""
     return x.sum(0)
 
 
 def main() -> None:
+    """Print both tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rows", type=int, nargs="*", default=[4, 64, 256, 1024],
