@@ -4,9 +4,9 @@ A backend that returns the graph's own ATen call (no kernels of ours) runs ``x.s
 call is split at the backend's entry and exit into the time before the op (Dynamo's frame: guards,
 its wrappers), the op, and after it. A second table runs a 4 x 4 input after an eager op has
 streamed a buffer of each size through the caches, so Dynamo's Python runs with what that op
-left in L1/L2. Medians of ``--calls`` calls, µs.
+left in L1/L2. Medians of ``--calls`` calls, µs. Runs with glibc keeping freed blocks mapped.
 
-    MALLOC_MMAP_THRESHOLD_=17179869184 MALLOC_TRIM_THRESHOLD_=17179869184 python bench/dynamo_frame.py
+    python bench/dynamo_frame.py
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import statistics
 import time
 
 import torch
+
+from common import median_ms, reexec_with_malloc_thresholds
 
 MARKS: dict[str, float] = {}
 
@@ -53,6 +55,7 @@ def column_sum(x):
 
 def main() -> None:
     """Print both tables."""
+    reexec_with_malloc_thresholds()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rows", type=int, nargs="*", default=[4, 64, 256, 1024],
@@ -67,12 +70,8 @@ def main() -> None:
         compiled = torch.compile(column_sum, backend=timed_backend, dynamic=False)
         compiled(x)
         pre, op, post = split_calls(compiled, x, args.calls)
-        alone = []
-        for _ in range(args.calls):
-            start = time.perf_counter()
-            column_sum(x)
-            alone.append(time.perf_counter() - start)
-        print(f"| {tuple(x.shape)} | {pre} | {op} | {post} | {statistics.median(alone) * 1e6:.1f} |")
+        alone = median_ms(lambda: column_sum(x), args.calls) * 1e3
+        print(f"| {tuple(x.shape)} | {pre} | {op} | {post} | {alone:.1f} |")
     print()
     print("| a 4 x 4 input after an eager op over | before the op | the op | after it |")
     print("| --- | --- | --- | --- |")
