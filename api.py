@@ -25,17 +25,18 @@ OPTIONS = ("backend", "tune", "tuning", "recorder", "cudagraphs")
 MODES = {
     "default": {},
     "max-autotune": {"tune": "sweep", "cudagraphs": True},
-    "max-autotune-no-cudagraphs": {"tune": "sweep"},
+    "max-autotune-no-cudagraphs": {"tune": "sweep", "cudagraphs": False},
     "reduce-overhead": {"cudagraphs": True},
 }
 
 
 def compile_options(backend: str | None = None, tune: str = "db", tuning: dict | TuneSettings | None = None,
-                    recorder: Callable | None = None, cudagraphs: bool = False) -> CompileOptions:
+                    recorder: Callable | None = None, cudagraphs: bool | str = "auto") -> CompileOptions:
     """Options from what a user writes: ``backend`` "cpp", "triton" or None (by the inputs'
     device); ``tune`` "off" (heuristics), "db" (stored winners), "sweep" (tune what the tuning
     DB lacks) or "queue" (stored winners now, the rest enqueued for ``autotune worker``);
-    ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...)."""
+    ``tuning``: ``autotune.TuneSettings`` or its fields as a dict (trials, db_url, ...);
+    ``cudagraphs``: "auto", True or False (``lowering.graph_replay``)."""
     try:
         chosen = registry.get(backend) if backend is not None else None
     except ValueError as exc:

@@ -1,5 +1,9 @@
 """Whole models on the GPU: eager vs Inductor vs loopnest (Triton), with and without CUDA graphs.
 
+Columns: Inductor's default and reduce-overhead modes; loopnest's defaults (``cudagraphs="auto"``:
+small static graphs replayed, outputs copied out), without CUDA graphs, and with them always
+(``cudagraphs=True``, reduce-overhead semantics).
+
 Run on the device: python bench/gpu_models.py [--rounds N] [MODEL ...]
 Code caches start empty, so the cold columns are cold compiles.
 """
@@ -15,5 +19,6 @@ from model_bench import main  # noqa: E402
 
 if __name__ == "__main__":
     main("cuda", {"loopnest": {"backend": "triton", "tune": "off"},
+                  "loopnest_nocg": {"backend": "triton", "tune": "off", "cudagraphs": False},
                   "loopnest_cg": {"backend": "triton", "tune": "off", "cudagraphs": True}},
-         torch.cuda.get_device_name)
+         torch.cuda.get_device_name, {"inductor": {}, "inductor_ro": {"mode": "reduce-overhead"}})

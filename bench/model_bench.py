@@ -55,15 +55,17 @@ def calls_for(fn, args, device: str, target_s: float = 0.05) -> int:
     return max(3, int(target_s / max(one, 1e-7)))
 
 
-def run_model(name: str, device: str, rounds: int, variants: dict[str, dict], catalog: dict = MODELS) -> dict:
-    """Times and cold compiles of ``name`` (of ``catalog``) for eager, Inductor and each loopnest variant."""
+def run_model(name: str, device: str, rounds: int, variants: dict[str, dict], catalog: dict = MODELS,
+              inductor: dict[str, dict] | None = None) -> dict:
+    """Times and cold compiles of ``name`` (of ``catalog``) for eager, each Inductor column
+    (``torch.compile`` keyword arguments by name; default: one, "inductor") and each loopnest variant."""
     model, args = instantiate(name, device, catalog=catalog)
     torch._dynamo.reset()
     with torch.no_grad():
         expect = model(*args)
         fns = {"eager": model}
         cold, error = {}, {}
-        compiled = {"inductor": torch.compile(model)}
+        compiled = {k: torch.compile(model, **kw) for k, kw in (inductor or {"inductor": {}}).items()}
         compiled.update({k: torch.compile(model, backend="loopnest", options=o) for k, o in variants.items()})
         for key, fn in compiled.items():
             got, cold[key] = cold_call(fn, args, device)
@@ -87,9 +89,11 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def main(device: str, variants: dict[str, dict], describe: Callable[[], str]) -> None:
+def main(device: str, variants: dict[str, dict], describe: Callable[[], str],
+         inductor: dict[str, dict] | None = None) -> None:
     """Parse the command line, run every model, print the table; ``describe()`` names the machine
-    (called after the command line is parsed, so that ``--help`` needs no device)."""
+    (called after the command line is parsed, so that ``--help`` needs no device); ``inductor``:
+    Inductor's columns as in ``run_model``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="*", help="models of the set (default: all of them)")
     parser.add_argument("--set", choices=sorted(SETS), default="zoo",
@@ -105,22 +109,24 @@ def main(device: str, variants: dict[str, dict], describe: Callable[[], str]) ->
     print(f"# models ({opts.set}) on {describe()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"median of {opts.rounds} rounds" + (f"; precompiled headers built once in {header_s:.1f} s, apart from "
                                                "the cold columns" if device == "cpu" else ""))
-    names = ["eager", "inductor", *variants]
+    inductor = inductor or {"inductor": {}}
+    compiled = [*inductor, *variants]
+    names = ["eager", *compiled]
     print("| model | " + " | ".join(f"{k} µs" for k in names) + " | "
-          + " | ".join(f"{k} / eager" for k in names[1:]) + " | inductor cold s | "
-          + " | ".join(f"{k} cold s" for k in variants) + " | max error (ind / ours) |")
-    print("|---" * (2 * len(names) + len(variants) + 2) + "|")
+          + " | ".join(f"{k} / eager" for k in compiled) + " | "
+          + " | ".join(f"{k} cold s" for k in compiled) + " | max error (" + " / ".join(compiled) + ") |")
+    print("|---" * (3 * len(compiled) + 3) + "|")
     rows = []
     for name in opts.models:
-        r = run_model(name, device, opts.rounds, variants, catalog)
+        r = run_model(name, device, opts.rounds, variants, catalog, inductor)
         rows.append(r)
         us, cold = r["us"], r["cold"]
-        speed = [us["eager"] / us[k] for k in names[1:]]
-        errors = " / ".join(f"{r['error'][k]:.1e}" for k in ("inductor", *variants))
+        speed = [us["eager"] / us[k] for k in compiled]
+        errors = " / ".join(f"{r['error'][k]:.1e}" for k in compiled)
         print(f"| {name} | " + " | ".join(f"{us[k]:.0f}" for k in names) + " | "
-              + " | ".join(f"{s:.2f}x" for s in speed) + f" | {cold['inductor']:.1f} | "
-              + " | ".join(f"{cold[k]:.2f}" for k in variants) + f" | {errors} |", flush=True)
+              + " | ".join(f"{s:.2f}x" for s in speed) + " | "
+              + " | ".join(f"{cold[k]:.2f}" for k in compiled) + f" | {errors} |", flush=True)
     print()
-    for key in names[1:]:
+    for key in compiled:
         print(f"geomean speedup over eager, {key}: {geomean(r['us']['eager'] / r['us'][key] for r in rows):.2f}x; "
               f"total cold compile {sum(r['cold'][key] for r in rows):.1f} s")

@@ -16,27 +16,9 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from . import aot_cache
 from .decompositions import decomposition_table, table_fingerprint
 from ..backends.base import Backend
-from ..runtime.cudagraphs import CudaGraphRunner
+from .graph_replay import CudaGraphBoxed
 from .options import CompileOptions
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
-
-
-class CudaGraphBoxed:
-    """An inference graph replayed through one CUDA graph (``options={"cudagraphs": True}``);
-    graphs with inputs that are not CUDA tensors (CPU scalars, seeds), and graphs that write into
-    their inputs (the capture's own run would apply the write once more), run normally."""
-
-    def __init__(self, lowered: LoweredGraph):
-        self.lowered = lowered
-        self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)))
-        self.replays = not lowered.program.mutations
-        self._boxed_call = True
-
-    def __call__(self, args: list):
-        args = list(args)
-        if self.replays and all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
-            return self.runner(*args)
-        return self.lowered.run(args)
 
 
 class AtenCompiler:
@@ -70,8 +52,8 @@ class AtenCompiler:
             self._to_store = None
             aot_cache.store(key, gm, num_inputs, num_outputs)
         lowered = self.compile(gm, "inf")
-        boxed = CudaGraphBoxed(lowered) if self.options.cudagraphs and self.backend.device == "cuda" \
-            else BoxedGraph(lowered)
+        boxed = CudaGraphBoxed(lowered, self.options.cudagraphs) \
+            if self.options.cudagraphs and self.backend.device == "cuda" else BoxedGraph(lowered)
         if self._counts is not None and aot_cache.plain_inference(gm, *self._counts):
             self._direct = boxed
         return boxed

@@ -16,20 +16,22 @@ class CompileOptions:
     """``backend``: the backend, or None to follow the inputs' device (``registry.for_inputs``).
     ``tuner``: chooses kernel configs (None: the backend's heuristics). ``recorder``: called
     with each compiled graph (``runner.LoweredGraph``), for ``explain``. ``cudagraphs``: replay
-    inference graphs on CUDA as one captured CUDA graph (static shapes; outputs are overwritten
-    by the next call, as in Inductor's reduce-overhead mode).
+    inference graphs on CUDA as one captured CUDA graph: ``"auto"`` where that is invisible to
+    the caller and pays (small static graphs, outputs copied out), ``True`` for every static one
+    (outputs overwritten by the next call, as in Inductor's reduce-overhead mode), ``False``
+    never (``graph_replay``).
     """
 
     backend: Backend | None = None
     tuner: Tuner | None = None
     recorder: Callable | None = None
-    cudagraphs: bool = False
+    cudagraphs: bool | str = "auto"
 
     def __post_init__(self):
         if self.recorder is not None and not callable(self.recorder):
             raise TypeError("loopnest: recorder must be callable")
-        if not isinstance(self.cudagraphs, bool):
-            raise TypeError(f"loopnest: cudagraphs must be True or False, got {self.cudagraphs!r}")
+        if not isinstance(self.cudagraphs, bool) and self.cudagraphs != "auto":
+            raise TypeError(f"loopnest: cudagraphs must be \"auto\", True or False, got {self.cudagraphs!r}")
 
     def backend_for(self, example_inputs: Iterable) -> Backend:
         """The backend to use: the explicit one, else by the device of the example inputs. An

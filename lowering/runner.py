@@ -55,6 +55,12 @@ class LoweredGraph:
     def __call__(self, *args):
         return self.run(list(args))
 
+    @property
+    def flat_outputs(self) -> bool:
+        """Whether the graph returns a flat sequence of its own results and arguments (or one of
+        them), takes contiguous tensors and writes no input (``_direct_outputs``)."""
+        return self._direct is not None
+
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
         devices, sizes and strides of the ones this graph was compiled for (Dynamo's tensor

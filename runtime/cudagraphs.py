@@ -1,4 +1,4 @@
-"""Whole-graph CUDA graph capture for static shapes (``options={"cudagraphs": True}``).
+"""Whole-graph CUDA graph capture for static shapes.
 
 The first call runs the compiled graph eagerly (warm-up: Triton compiles, caches fill), the
 second captures it into a CUDA graph and every later call replays it, one launch for the whole
@@ -6,7 +6,13 @@ graph. An input found at the same address on the warm-up and the capture call (a
 buffer, an activation the allocator keeps placing there) is captured where it lies, and a replay
 reads it in place; every other input is copied into a buffer this runner owns before each replay
 (copying the parameters too cost a copy launch per weight on every call). Should a pinned input
-move later, the graph is captured again with that input copied. Outputs live in the graph's
+move later, the graph is captured again with that input copied.
+
+Outputs: with ``fresh_outputs`` (``cudagraphs="auto"``, the default) every replay copies them
+into new tensors, one multi-tensor copy launch, so a caller may keep them as it would keep
+eager's; the runner then declines, and runs the graph plainly for good, where that copy could
+not stand in for eager's results (an output that shares memory with an input or with another
+output) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the graph's
 memory and are overwritten by the next call, as with Inductor's reduce-overhead mode: clone them
 to keep them longer.
 """
@@ -18,64 +24,124 @@ import torch
 
 
 class CudaGraphRunner:
-    """Runs ``fn`` (a callable on CUDA tensors of fixed shapes) through a captured CUDA graph."""
+    """Runs ``fn`` (a callable on CUDA tensors of fixed shapes) through a captured CUDA graph.
 
-    def __init__(self, fn: Callable, warmup: int = 1):
+    ``checked``: compare every call's shapes, strides, dtypes and devices with the captured ones
+    (a caller whose guards already ensure them, such as Dynamo's, passes False).
+    ``fresh_outputs``: return copies of the outputs (see the module docstring); ``max_copy_bytes``:
+    decline when the inputs copied before each replay would exceed it."""
+
+    def __init__(self, fn: Callable, warmup: int = 1, checked: bool = True, fresh_outputs: bool = False,
+                 max_copy_bytes: int | None = None):
         self.fn = fn
         self.warmup = warmup
+        self.checked = checked
+        self.fresh_outputs = fresh_outputs
+        self.max_copy_bytes = max_copy_bytes
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
         self.static_outputs = None
+        self._output_tensors: list[torch.Tensor] = []  # the static outputs, flat (fresh_outputs)
         self.signature: tuple | None = None
         self.warm_addresses: list[int] = []
         self.pinned: set[int] = set()  # inputs the graph reads where the caller's tensor lies
+        self.declined: str | None = None  # why calls run ``fn`` plainly, once they do
 
     def __call__(self, *args: torch.Tensor):
-        signature = _signature(args)
-        if self.signature is not None and signature != self.signature:
-            raise ValueError(f"cudagraphs: the graph was captured for inputs {self.signature}, got "
-                             f"{signature}; shapes, strides, dtypes and devices must stay the same "
-                             f"(compile without cudagraphs for dynamic shapes)")
+        if self.declined is not None or torch.cuda.is_current_stream_capturing():
+            return self.fn(*args)  # inside a caller's own capture, its graph takes in our launches
+        if self.checked or self.signature is None:
+            signature = _signature(args)
+            if self.signature is None:
+                self.signature = signature
+            elif signature != self.signature:
+                raise ValueError(f"cudagraphs: the graph was captured for inputs {self.signature}, got "
+                                 f"{signature}; shapes, strides, dtypes and devices must stay the same "
+                                 f"(compile without cudagraphs for dynamic shapes)")
         self.calls += 1
         if self.calls <= self.warmup:
-            self.signature = signature
             self.warm_addresses = [a.data_ptr() for a in args]
-            return self.fn(*args)
-        if self.graph is None:
-            self.pinned = {i for i, a in enumerate(args) if a.data_ptr() == self.warm_addresses[i]}
-            self._capture(args)
-        elif not self._feed(args):
-            self._capture(args)
+            out = self.fn(*args)
+            if self.fresh_outputs:
+                self.declined = _uncopyable(out, args)
+            return out
+        if self.graph is None or not self._feed(args):
+            if self.graph is None:
+                self.pinned = {i for i, a in enumerate(args) if a.data_ptr() == self.warm_addresses[i]}
+            self.declined = self._capture(args)
+            if self.declined is not None:
+                return self.fn(*args)
         self.graph.replay()
         out = self.static_outputs
+        if self.fresh_outputs:
+            statics = self._output_tensors
+            fresh = [torch.empty_like(t) for t in statics]
+            torch._foreach_copy_(fresh, statics)
+            return fresh[0] if isinstance(out, torch.Tensor) else type(out)(fresh)
         return type(out)(out) if isinstance(out, (list, tuple)) else out
 
     def _feed(self, args: Sequence[torch.Tensor]) -> bool:
-        """Copy each argument not at its captured address into its buffer; False, with the
-        pinned inputs that moved unpinned, when the graph must be captured again."""
-        moved = set()
+        """Copy each argument not at its captured address into its buffer (one multi-tensor copy);
+        False, with the pinned inputs that moved unpinned, when the graph must be captured again."""
+        moved, targets, sources = set(), [], []
         for i, (static, arg) in enumerate(zip(self.static_inputs, args)):
             if static.data_ptr() != arg.data_ptr():
                 if i in self.pinned:
                     moved.add(i)
                 else:
-                    static.copy_(arg)
-        self.pinned -= moved
-        return not moved
+                    targets.append(static)
+                    sources.append(arg)
+        if moved:
+            self.pinned -= moved
+            return False
+        if targets:
+            torch._foreach_copy_(targets, sources)
+        return True
 
-    def _capture(self, args: Sequence[torch.Tensor]) -> None:
+    def _capture(self, args: Sequence[torch.Tensor]) -> str | None:
+        """Capture ``fn`` on this runner's input buffers; the reason it declines, if it does."""
+        copied = sum(a.nbytes for i, a in enumerate(args) if i not in self.pinned)
+        if self.max_copy_bytes is not None and copied > self.max_copy_bytes:
+            return f"its inputs copied before each replay would be {copied} bytes (at most {self.max_copy_bytes})"
+        self.graph = None
         self.static_inputs = [a if i in self.pinned else
                               torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
                               for i, a in enumerate(args)]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self.fn(*self.static_inputs)  # allocations on the capture stream's pool first
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.static_outputs = self.fn(*self.static_inputs)
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self.fn(*self.static_inputs)  # allocations on the capture stream's pool first
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.static_outputs = self.fn(*self.static_inputs)
+        except Exception as exc:  # an op that cannot be captured (a host sync, a CPU tensor)
+            if not self.fresh_outputs:
+                raise
+            self.static_inputs, self.static_outputs = [], None
+            return f"the capture failed: {type(exc).__name__}: {exc}"
+        self.graph = graph
+        out = self.static_outputs
+        self._output_tensors = [out] if isinstance(out, torch.Tensor) else list(out)
+        return None
+
+
+def _uncopyable(out, args: Sequence[torch.Tensor]) -> str | None:
+    """Why fresh copies of ``out`` (the warm-up call's result) would not behave as ``out`` does:
+    not a flat sequence of CUDA tensors, or an output sharing memory with an input or with
+    another output (a view or a pass-through, which a copy would cut loose); None if none."""
+    outs = [out] if isinstance(out, torch.Tensor) else out
+    if not isinstance(outs, (list, tuple)) or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
+        return "its outputs are not a flat sequence of CUDA tensors"
+    seen = {a.untyped_storage().data_ptr() for a in args}
+    for t in outs:
+        storage = t.untyped_storage().data_ptr()
+        if storage in seen:
+            return "an output shares memory with an input or with another output"
+        seen.add(storage)
+    return None
 
 
 def _signature(args: Sequence) -> tuple:

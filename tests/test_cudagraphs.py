@@ -1,4 +1,4 @@
-"""``options={"cudagraphs": True}``: whole-graph CUDA graph replay (needs a CUDA GPU)."""
+"""Whole-graph CUDA graph replay: ``options={"cudagraphs": True}`` and the default "auto" (needs a CUDA GPU)."""
 import pytest
 import torch
 
@@ -62,3 +62,63 @@ def test_a_graph_that_writes_its_input_runs_without_replay():
         got = f(x).clone()
         torch.testing.assert_close(x, want_x, msg=lambda m: f"step {step}: {m}")
         torch.testing.assert_close(got, want_x * 2, msg=lambda m: f"step {step}: {m}")
+
+
+def auto_compiled(fn):
+    """``fn`` compiled with the defaults (``cudagraphs="auto"``), and the graphs it replays."""
+    from loopnest.lowering.graph_replay import CudaGraphBoxed
+
+    boxes = []
+    real_init = CudaGraphBoxed.__init__
+
+    def spy(self, lowered, mode=True):
+        real_init(self, lowered, mode)
+        boxes.append(self)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "off"})
+
+    def call(*args):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(CudaGraphBoxed, "__init__", spy)
+            return compiled(*args)
+    return call, boxes
+
+
+def test_auto_replays_a_small_graph_and_its_outputs_outlive_the_next_call():
+    def fn(x, w):
+        return torch.softmax(x * w, -1), (x + w).abs().amax()
+
+    f, boxes = auto_compiled(fn)
+    w = torch.randn(256, device="cuda")
+    xs = [torch.randn(64, 256, device="cuda") for _ in range(5)]
+    kept = [f(x, w) for x in xs]  # warm-up, capture, replays; every result kept, none cloned
+    for step, (x, got) in enumerate(zip(xs, kept)):
+        for g, e in zip(got, fn(x, w)):
+            torch.testing.assert_close(g, e, msg=lambda m: f"call {step}: {m}")
+    (box,) = boxes
+    assert box.replays and box.runner.graph is not None
+
+
+def test_auto_runs_plainly_where_a_copy_would_not_stand_in_for_the_result():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x: (x, x * 2), fresh_outputs=True)  # an output is the input
+    x = torch.randn(8, device="cuda")
+    for _ in range(3):
+        out = runner(x)
+        assert out[0] is x
+    assert runner.graph is None and "shares memory" in runner.declined
+
+
+def test_auto_runs_plainly_when_the_capture_fails():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    def synced(x):
+        return x * float(x.sum())  # a host sync: not capturable
+
+    runner = CudaGraphRunner(synced, fresh_outputs=True)
+    for _ in range(3):
+        x = torch.randn(8, device="cuda")
+        torch.testing.assert_close(runner(x), synced(x))
+    assert runner.graph is None and runner.declined.startswith("the capture failed")
+    torch.testing.assert_close(torch.ones(4, device="cuda") * 2, torch.full((4,), 2.0, device="cuda"))

@@ -1,0 +1,75 @@
+"""Inference graphs on CUDA replayed as one captured CUDA graph (``options={"cudagraphs": ...}``).
+
+``"auto"`` (the default) replays a graph only where that is invisible to the caller and pays:
+static shapes, no writes into its inputs, outputs that are its own results (each returned as a
+fresh copy, so they outlive the next call as eager's do), at most ``POOL_BYTES`` of buffers held
+by the graph's memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
+each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
+it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
+only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
+(outputs overwritten by the next call); ``False`` never replays.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.index import evaluate
+from ..ir.nodes import BufferKind
+from ..runtime.cudagraphs import CudaGraphRunner
+from .runner import LoweredGraph
+
+POOL_BYTES = 64 << 20
+# ~5 µs of memory traffic at 2-3 TB/s: about what the host spends issuing one launch
+BYTES_PER_LAUNCH = 16 << 20
+COPY_BYTES = 16 << 20  # inputs copied before each replay, at most (``CudaGraphRunner.max_copy_bytes``)
+
+
+def auto_declines(lowered: LoweredGraph) -> str | None:
+    """Why ``cudagraphs="auto"`` runs ``lowered`` without a CUDA graph; None if it replays it."""
+    program, compiled = lowered.program, lowered.compiled
+    if program.mutations:
+        return "it writes into its inputs"
+    if program.sym_sources or program.carriers:
+        return "its sizes are symbolic"
+    if not lowered.flat_outputs:
+        return "its outputs are not plain results of the graph"
+    buffers = compiled.graph.buffers
+    materialized = {*compiled.graph.inputs, *(o.buffer for o in compiled.graph.outputs),
+                    *compiled.schedule.intermediates, *compiled.extern_outputs}  # the rest live in registers
+    held = moved = 0
+    for name in materialized:
+        size = evaluate(buffers[name].nbytes, {})
+        moved += size
+        held += 0 if buffers[name].kind is BufferKind.INPUT else size
+    if held > POOL_BYTES:
+        return f"its buffers take {held} bytes (at most {POOL_BYTES} are held in a graph's pool)"
+    launches = max(len(compiled.steps), 1)
+    if moved > BYTES_PER_LAUNCH * launches:
+        return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
+    return None
+
+
+class CudaGraphBoxed:
+    """An inference graph (AOTAutograd's boxed convention) replayed through one CUDA graph, per
+    ``mode`` (True or "auto", above); graphs with inputs that are not CUDA tensors (CPU scalars,
+    seeds), and graphs that write into their inputs (the capture's own run would apply the write
+    once more), run normally."""
+
+    def __init__(self, lowered: LoweredGraph, mode: bool | str = True):
+        self.lowered = lowered
+        self.declined = auto_declines(lowered) if mode == "auto" else \
+            ("it writes into its inputs" if lowered.program.mutations else None)
+        self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)), checked=mode is True,
+                                      fresh_outputs=mode == "auto", max_copy_bytes=COPY_BYTES if mode == "auto" else None)
+        self._boxed_call = True
+
+    @property
+    def replays(self) -> bool:
+        """Whether calls go through the captured graph (after the warm-up and capture calls)."""
+        return self.declined is None and self.runner.declined is None
+
+    def __call__(self, args: list):
+        if self.declined is None:
+            if all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+                return self.runner(*args)
+        return self.lowered.run(list(args))

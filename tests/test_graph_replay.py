@@ -1,0 +1,82 @@
+"""``cudagraphs="auto"``: which inference graphs replay as CUDA graphs (``lowering.graph_replay``).
+
+The policy reads only the lowered program and its buffers, so it is checked here on graphs
+compiled for the CPU; the replay itself is tested on a GPU in ``test_cudagraphs.py``."""
+import pytest
+import torch
+
+from loopnest.api import compile_options
+from loopnest.lowering import graph_replay
+from loopnest.lowering.graph_replay import auto_declines
+
+
+def lowered_graphs(fn, *args, dynamic=False):
+    """The loopnest graphs ``torch.compile`` lowers for ``fn(*args)`` (C++ backend, heuristics)."""
+    seen = []
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="loopnest", dynamic=dynamic,
+                             options={"backend": "cpp", "tune": "off", "recorder": seen.append})
+    compiled(*args)
+    assert seen
+    return seen
+
+
+def test_a_small_static_graph_replays():
+    (g,) = lowered_graphs(lambda x, w: torch.softmax(x * w, -1), torch.randn(64, 80), torch.randn(80))
+    assert auto_declines(g) is None
+
+
+def test_a_graph_that_writes_its_input_does_not():
+    """An ATen graph that writes its input (``make_fx`` keeps the write; under torch.compile
+    AOTAutograd takes writes out of the graph and applies them after it)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from loopnest.backends import registry
+    from loopnest.lowering import api as lowering_api
+    from loopnest.lowering.options import CompileOptions
+
+    def fn(x):
+        x.add_(1)
+        return x * 2
+    seen = []
+    lowering_api.compile_fx(make_fx(fn)(torch.randn(64)), [torch.randn(64)],
+                            CompileOptions(backend=registry.get("cpp"), recorder=seen.append))
+    (g,) = seen
+    assert auto_declines(g) == "it writes into its inputs"
+
+
+def test_symbolic_sizes_do_not():
+    (g,) = lowered_graphs(lambda x: torch.softmax(x, -1) + 1, torch.randn(8, 33), dynamic=True)
+    assert auto_declines(g) == "its sizes are symbolic"
+
+
+def test_an_output_that_is_a_view_of_an_input_does_not():
+    (g,) = lowered_graphs(lambda x: (x.t(), x.sum(0)), torch.randn(16, 8))
+    assert auto_declines(g) == "its outputs are not plain results of the graph"
+
+
+def test_buffers_beyond_the_pool_bound_do_not(monkeypatch):
+    (g,) = lowered_graphs(lambda x: torch.softmax(x, -1), torch.randn(64, 80))
+    monkeypatch.setattr(graph_replay, "POOL_BYTES", 64 * 80 * 4 - 1)
+    assert "held in a graph's pool" in auto_declines(g)
+
+
+def test_launches_that_stream_many_bytes_do_not(monkeypatch):
+    (g,) = lowered_graphs(lambda x: torch.softmax(x, -1), torch.randn(64, 80))
+    monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", 2 * 64 * 80 * 4 - 1)
+    assert "bound by the GPU" in auto_declines(g)
+    monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", 2 * 64 * 80 * 4)
+    assert auto_declines(g) is None
+
+
+@pytest.mark.parametrize("value", ["always", 1, None])
+def test_cudagraphs_takes_auto_true_or_false(value):
+    with pytest.raises(TypeError, match='cudagraphs must be "auto", True or False'):
+        compile_options(cudagraphs=value)
+
+
+def test_auto_is_the_default_and_no_cudagraphs_turns_it_off():
+    from loopnest.api import options_for_mode
+
+    assert compile_options().cudagraphs == "auto"
+    assert compile_options(**options_for_mode("max-autotune-no-cudagraphs")).cudagraphs is False
