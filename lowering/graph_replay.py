@@ -14,14 +14,17 @@ from __future__ import annotations
 import torch
 
 from ..ir.index import evaluate
-from ..ir.nodes import BufferKind
+from ..ir.nodes import BufferKind, Extern
 from ..runtime.cudagraphs import CudaGraphRunner
+from .extern import ExternFn
 from .runner import LoweredGraph
 
 POOL_BYTES = 64 << 20
 # ~5 µs of memory traffic at 2-3 TB/s: about what the host spends issuing one launch
 BYTES_PER_LAUNCH = 16 << 20
 COPY_BYTES = 16 << 20  # inputs copied before each replay, at most (``CudaGraphRunner.max_copy_bytes``)
+# ATen ops whose results' sizes or values reach the host: they synchronize, and a capture fails
+_SYNCS = {torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output}
 
 
 def auto_declines(lowered: LoweredGraph) -> str | None:
@@ -33,6 +36,9 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         return "its sizes are symbolic"
     if not lowered.flat_outputs:
         return "its outputs are not plain results of the graph"
+    for step in compiled.schedule.steps:
+        if isinstance(step, Extern) and not _capturable(step.fn, compiled.device):
+            return f"its ATen call {step.target} may wait on the GPU, which a capture cannot"
     buffers = compiled.graph.buffers
     materialized = {*compiled.graph.inputs, *(o.buffer for o in compiled.graph.outputs),
                     *compiled.schedule.intermediates, *compiled.extern_outputs}  # the rest live in registers
@@ -47,6 +53,14 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
     if moved > BYTES_PER_LAUNCH * launches:
         return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
     return None
+
+
+def _capturable(fn, device: str) -> bool:
+    """Whether an extern call can run inside a capture: an ATen op whose results stay on the
+    device (no host-side sizes or values) and that takes no tensor from another device."""
+    if not isinstance(fn, ExternFn) or not isinstance(fn.op, torch._ops.OpOverload):
+        return False
+    return not _SYNCS & set(fn.op.tags) and all(d is None or d.type == device for d in fn.devices)
 
 
 class CudaGraphBoxed:

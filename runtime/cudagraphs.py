@@ -118,6 +118,7 @@ class CudaGraphRunner:
             with torch.cuda.graph(graph):
                 self.static_outputs = self.fn(*self.static_inputs)
         except Exception as exc:  # an op that cannot be captured (a host sync, a CPU tensor)
+            _end_failed_capture(args[0].device if args else torch.device("cuda"))
             if not self.fresh_outputs:
                 raise
             self.static_inputs, self.static_outputs = [], None
@@ -126,6 +127,15 @@ class CudaGraphRunner:
         out = self.static_outputs
         self._output_tensors = [out] if isinstance(out, torch.Tensor) else list(out)
         return None
+
+
+def _end_failed_capture(device: torch.device) -> None:
+    """Leave the process as a failed capture found it. A capture that fails ends before torch
+    tells the CUDA random generators it is over, and every later random op outside a graph would
+    then fail ("Offset increment outside graph capture"); a capture that completes tells them."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.device(device), torch.cuda.graph(graph):
+        torch.empty(1, device=device).fill_(0)
 
 
 def _uncopyable(out, args: Sequence[torch.Tensor]) -> str | None:

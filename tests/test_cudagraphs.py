@@ -121,4 +121,5 @@ def test_auto_runs_plainly_when_the_capture_fails():
         x = torch.randn(8, device="cuda")
         torch.testing.assert_close(runner(x), synced(x))
     assert runner.graph is None and runner.declined.startswith("the capture failed")
-    torch.testing.assert_close(torch.ones(4, device="cuda") * 2, torch.full((4,), 2.0, device="cuda"))
+    torch.randn(4, device="cuda")  # random ops outside a graph still work after the failed capture
+    torch.cuda.synchronize()

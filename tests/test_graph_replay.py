@@ -80,3 +80,20 @@ def test_auto_is_the_default_and_no_cudagraphs_turns_it_off():
 
     assert compile_options().cudagraphs == "auto"
     assert compile_options(**options_for_mode("max-autotune-no-cudagraphs")).cudagraphs is False
+
+
+def test_aten_calls_that_sync_or_cross_devices_do_not():
+    from loopnest.lowering.extern import ExternFn
+    from loopnest.lowering.graph_replay import _capturable
+
+    cuda = torch.device("cuda")
+    assert _capturable(ExternFn(torch.ops.aten.mm.default, None, (cuda, cuda)), "cuda")
+    assert not _capturable(ExternFn(torch.ops.aten.nonzero.default, None, (cuda,)), "cuda")  # sized on the host
+    assert not _capturable(ExternFn(torch.ops.aten._local_scalar_dense.default, None, (cuda,)), "cuda")
+    assert not _capturable(ExternFn(torch.ops.aten.mm.default, None, (cuda, torch.device("cpu"))), "cuda")
+    assert not _capturable(lambda x: x, "cuda")  # not an ATen op: nothing says what it does
+
+
+def test_an_aten_call_of_a_device_tensor_replays():
+    (g,) = lowered_graphs(lambda x, w: torch.relu(x @ w) + 1, torch.randn(16, 32), torch.randn(32, 8))
+    assert auto_declines(g) is None
