@@ -6,12 +6,14 @@ The ``torch.compile(backend="loopnest")`` entry point is ``loopnest.api.loopnest
 """
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch import config as functorch_config
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from . import aot_cache
 from .decompositions import decomposition_table, table_fingerprint
@@ -19,6 +21,9 @@ from ..backends.base import Backend
 from .graph_replay import CudaGraphBoxed
 from .options import CompileOptions
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
+
+
+_log = logging.getLogger("loopnest")
 
 
 class AtenCompiler:
@@ -63,6 +68,12 @@ class AtenCompiler:
 
         User Triton kernels behind ``torch.library.triton_op`` stay opaque custom ops (they are
         called through ATen as Extern nodes) instead of being decomposed into kernel wrappers."""
+        if _data_dependent_sizes(gm):
+            _log.warning("loopnest: a graph whose sizes depend on tensor values (nonzero, unique, boolean "
+                         "masks, .item() under capture_dynamic_output_shape_ops / capture_scalar_outputs) "
+                         "runs in eager PyTorch: loopnest compiles sizes known from the inputs; leave those "
+                         "Dynamo options off to have the ops around such a call compiled")
+            return gm.forward
         key = aot_cache.graph_key(gm, example_inputs, table_fingerprint())
         self._counts = self._direct = None
         if key is not None:
@@ -86,6 +97,12 @@ class AtenCompiler:
                 wrapped = aot(gm, example_inputs)
         direct, self._counts, self._direct = self._direct, None, None
         return wrapped if direct is None else _unboxed(direct)
+
+
+def _data_dependent_sizes(gm: torch.fx.GraphModule) -> bool:
+    """Whether a value in ``gm`` has a size or value known only at run time (an unbacked symbol)."""
+    return any(free_unbacked_symbols(node.meta.get("example_value", node.meta.get("val")))
+               for node in gm.graph.nodes)
 
 
 def _unboxed(boxed):

@@ -473,3 +473,17 @@ def test_a_forward_graph_returning_the_inputs_it_saves_takes_the_direct_path():
     for k, leaf in enumerate(forward.program.outputs):
         if leaf.kind == "arg":
             assert out[k] is args[leaf.value]  # the argument itself, as AOTAutograd saved it
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.nonzero(x > 0).float().sum() + 1, lambda x: x[x > 0] * 2,
+                                lambda x: torch.unique(x) + 1])
+def test_graphs_with_data_dependent_sizes_run_in_eager(fn, caplog):
+    """Dynamo's capture of data-dependent sizes hands over graphs with unbacked symbols; they run
+    in eager PyTorch, with a warning that says why, instead of failing to compile."""
+    x = torch.randn(64)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True), \
+            caplog.at_level("WARNING", logger="loopnest"):
+        got = torch.compile(fn, backend="loopnest", options={"backend": "cpp"})(x)
+    torch.testing.assert_close(got, fn(x))
+    assert "sizes depend on tensor values" in caplog.text
