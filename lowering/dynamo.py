@@ -57,11 +57,18 @@ class AtenCompiler:
             self._to_store = None
             aot_cache.store(key, gm, num_inputs, num_outputs)
         lowered = self.compile(gm, "inf")
-        boxed = CudaGraphBoxed(lowered, self.options.cudagraphs) \
-            if self.options.cudagraphs and self.backend.device == "cuda" else BoxedGraph(lowered)
+        boxed = self._replayed(lowered) or BoxedGraph(lowered)
         if self._counts is not None and aot_cache.plain_inference(gm, *self._counts):
             self._direct = boxed
         return boxed
+
+    def _replayed(self, lowered: LoweredGraph) -> CudaGraphBoxed | None:
+        """``lowered`` replayed as a CUDA graph, if the ``cudagraphs`` option and the graph allow
+        it (``graph_replay``); else None, and it runs as a ``BoxedGraph``."""
+        if not self.options.cudagraphs or self.backend.device != "cuda":
+            return None
+        boxed = CudaGraphBoxed(lowered, self.options.cudagraphs)
+        return boxed if boxed.declined is None else None
 
     def aot(self, gm: torch.fx.GraphModule, example_inputs: Sequence):
         """Run AOTAutograd on a torch-level graph, compiling every graph it produces here.
