@@ -1,7 +1,7 @@
 """Inference graphs on CUDA replayed as one captured CUDA graph (``options={"cudagraphs": ...}``).
 
 ``"auto"`` (the default) replays a graph only where that is invisible to the caller and pays:
-static shapes, no writes into its inputs, outputs that are its own results (each returned as a
+more than one launch (two kernels, or an ATen call, which may launch many), static shapes, no writes into its inputs, outputs that are its own results (each returned as a
 fresh copy, so they outlive the next call as eager's do), at most ``POOL_BYTES`` of buffers held
 by the graph's memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
 each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
@@ -36,9 +36,12 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         return "its sizes are symbolic"
     if not lowered.flat_outputs:
         return "its outputs are not plain results of the graph"
-    for step in compiled.schedule.steps:
-        if isinstance(step, Extern) and not _capturable(step.fn, compiled.device):
+    externs = [step for step in compiled.schedule.steps if isinstance(step, Extern)]
+    for step in externs:
+        if not _capturable(step.fn, compiled.device):
             return f"its ATen call {step.target} may wait on the GPU, which a capture cannot"
+    if len(compiled.steps) < 2 and not externs:
+        return "it is one kernel: a replay and the copy of its outputs would launch twice"
     buffers = compiled.graph.buffers
     materialized = {*compiled.graph.inputs, *(o.buffer for o in compiled.graph.outputs),
                     *compiled.schedule.intermediates, *compiled.extern_outputs}  # the rest live in registers
