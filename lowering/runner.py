@@ -51,6 +51,10 @@ class LoweredGraph:
         self._direct = _direct_outputs(program, compiled.device)
         self._entries: list = []  # call plans written out as functions (fast_call), newest last
         self._written: list = []  # the plans behind them (a plan that cannot be written counts)
+        # 0-d tensor arguments and their traced dtypes: Dynamo traces the values of a
+        # ``random.Random`` as float32 0-d tensors but passes float64 ones at run time
+        self._scalars = tuple((ti.position, ti.tensor.dtype.torch) for ti in program.tensor_inputs
+                              if not ti.strides and ti.carrier is None)
 
     def __call__(self, *args):
         return self.run(list(args))
@@ -89,11 +93,23 @@ class LoweredGraph:
             if identity:
                 return outs if kind is tuple else list(outs)
             return kind([args[k] if is_arg else outs[k] for is_arg, k in picks])
-        return call
+        if not self._scalars:
+            return call
+        scalars = self._scalars
+
+        def call_traced_dtypes(*args):
+            for position, dtype in scalars:
+                if args[position].dtype is not dtype:
+                    args = _as_traced(list(args), scalars)
+                    break
+            return call(*args)
+        return call_traced_dtypes
 
     def run(self, args: list, compiled: CompiledGraph | None = None):
         """Run on a list of arguments (AOTAutograd's boxed convention); ``compiled``: another
         build of the same graph to run instead (the tuner's candidates)."""
+        if self._scalars and len(args) == self.program.num_args:
+            args = _as_traced(args, self._scalars)
         direct = self._direct
         if direct is not None and len(args) == self.program.num_args:
             if compiled is None:
@@ -145,6 +161,15 @@ class LoweredGraph:
         for ti in p.tensor_inputs:
             if not isinstance(args[ti.position], torch.Tensor):  # the message is built only on failure
                 check_tensor(f"{ti.position} ({ti.tensor.src.name[3:]}) of {self.stats.name}", args[ti.position])
+
+
+def _as_traced(args: list, scalars: tuple) -> list:
+    """``args`` with each 0-d tensor of ``scalars`` (position, traced dtype) in its traced dtype."""
+    for position, dtype in scalars:
+        a = args[position]
+        if isinstance(a, torch.Tensor) and a.dtype is not dtype:
+            args[position] = a.to(dtype)
+    return args
 
 
 @dataclass(frozen=True)

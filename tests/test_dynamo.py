@@ -487,3 +487,19 @@ def test_graphs_with_data_dependent_sizes_run_in_eager(fn, caplog):
         got = torch.compile(fn, backend="loopnest", options={"backend": "cpp"})(x)
     torch.testing.assert_close(got, fn(x))
     assert "sizes depend on tensor values" in caplog.text
+
+
+def test_values_of_a_python_random_generator_arrive_in_the_traced_dtype():
+    """Dynamo traces ``random.Random`` draws as float32 0-d tensors but passes float64 ones at run
+    time; loopnest casts them to the traced dtype (reading them as float32 would be garbage)."""
+    import random
+
+    def fn(x):
+        r = random.Random(3)
+        return x * r.random() + (1.0 if r.random() < 0.5 else 2.0)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="loopnest", options={"backend": "cpp"})
+    for _ in range(3):  # the first call, then the written-out call plan
+        x = torch.randn(5)
+        torch.testing.assert_close(compiled(x), fn(x))
