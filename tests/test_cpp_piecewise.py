@@ -61,3 +61,14 @@ def test_cuts_of_each_comparison():
     assert piecewise.pieces([cmp(Op.LT, x, c)], v, Index.of(Sym("s0"))) is None  # symbolic size
     other = IndexValue(Index.of(Var("p0", Index.of(4))), dt.int64)
     assert piecewise.pieces([cmp(Op.LT, other, c)], v, Index.of(20)) is None
+
+
+@pytest.mark.parametrize("reduce", [lambda t: t.sum(-1), lambda t: t.amax(-1), lambda t: t.argmax(-1)])
+def test_a_reduction_over_a_rolled_pad_reads_each_position(reduce):
+    """The pad's mask reads a position that a roll computes from the reduced variable; it was
+    taken for a per-row value and computed before the loop over that variable (g++ failed on
+    an undeclared ``r0``; found by a randomized program fuzz)."""
+    def fn(x):
+        return reduce(torch.roll(F.pad(x, (1, 2)), 1, -1))
+    x = torch.randn(8, 3, 5)
+    torch.testing.assert_close(compiled(fn, x)(x), fn(x))

@@ -363,8 +363,9 @@ class KernelWriter:
         ok: dict[Expr, bool] = {}
         for root in exprs:
             for node in walk(root):  # children first
-                if isinstance(node, AccRef) or (isinstance(node, IndexValue) and not node.index.free_vars()):
-                    ok[node] = True
+                if isinstance(node, AccRef) or (isinstance(node, IndexValue) and not node.index.free_vars()
+                                                and not any(isinstance(a, Indirect) for a in node.index.atoms())):
+                    ok[node] = True  # an indirect position may read any variable (a roll's r0 + k mod n)
                 elif isinstance(node, Apply):
                     ok[node] = not is_int_division(node) and all(ok.get(a, isinstance(a, Const)) for a in node.args)
         return largest_applies(exprs, lambda node: ok.get(node, False))
