@@ -11,7 +11,7 @@ import math
 import torch
 
 from ..dsl import functions as dslf
-from ..dsl.tensor import Tensor
+from ..dsl.tensor import PointwiseSrc, Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index
@@ -88,9 +88,22 @@ _BOOL_AS = {Op.BITAND: Op.AND, Op.BITOR: Op.OR, Op.BITXOR: Op.XOR, Op.BITNOT: Op
 
 def _compare(op: Op):
     def rule(ctx, a, b):
-        return compute(ctx, op, (a, b), compare_dtype(ctx))
+        dtype = compare_dtype(ctx)
+        if dtype.is_low_precision:
+            a, b = (_rounded(v, dtype) for v in (a, b))
+        return compute(ctx, op, (a, b), dtype)
 
     return rule
+
+
+def _rounded(value, dtype: DType):
+    """A 16-bit float ``value`` rounded to ``dtype`` where it was computed (kernels compute 16-bit
+    values in float32 and round them where they are stored), so that a comparison sees what eager
+    compares: ``x == amin(x)`` in an amin's backward, with ``x`` recomputed there, must hold where
+    it held in the forward, or the gradient's tie count is 0 and the gradient NaN."""
+    if not isinstance(value, Tensor) or not isinstance(value.src, PointwiseSrc) or value.dtype != dtype:
+        return value
+    return dslf.cast(dslf.cast(value, dt.compute_dtype(dtype)), dtype)
 
 
 def _logical(op: Op):

@@ -141,3 +141,29 @@ def test_a_make_fx_graph_holding_parameters_through_a_decomposition():
     compiled = ln.compile_fx(make_fx(gn)(x), [x], backend="cpp", tune="off")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), gn(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend, device", [("cpp", "cpu"), pytest.param("triton", "cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the interpreter rounds to bf16 by truncation; a GPU rounds to nearest"))])
+def test_ties_of_a_recomputed_bf16_value_hold_in_the_backward(backend, device):
+    """amin's backward divides the gradient among the positions equal to the minimum; it
+    recomputes ``x.t() + y`` in float32, and compared unrounded with the bf16 minimum no position
+    matched in some columns: 0 / 0, NaN gradients where eager's are finite (Inductor has the
+    same). Comparisons of 16-bit values round what they compare to that dtype, as eager does."""
+    torch.manual_seed(0)
+
+    def fn(x, y):
+        return (x.t() + y).amin(0, keepdim=True)
+
+    def step(f, x, y):
+        x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+        out = f(x, y)
+        out.backward(torch.ones_like(out))
+        return out, x.grad, y.grad
+
+    x, y = torch.randn(16, 16).bfloat16().to(device), torch.randn(1).bfloat16().to(device)
+    torch._dynamo.reset()
+    got = step(torch.compile(fn, backend="loopnest", options={"backend": backend, "tune": "off"}), x, y)
+    for g, w in zip(got, step(fn, x, y)):
+        assert g.isfinite().all()
+        torch.testing.assert_close(g, w)
