@@ -11,7 +11,7 @@ import math
 import torch
 
 from ..dsl import functions as dslf
-from ..dsl.tensor import PointwiseSrc, Tensor
+from ..dsl.tensor import ExternSrc, GatherSrc, PlaceholderSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index
@@ -98,12 +98,22 @@ def _compare(op: Op):
 
 def _rounded(value, dtype: DType):
     """A 16-bit float ``value`` rounded to ``dtype`` where it was computed (kernels compute 16-bit
-    values in float32 and round them where they are stored), so that a comparison sees what eager
-    compares: ``x == amin(x)`` in an amin's backward, with ``x`` recomputed there, must hold where
+    values and reductions of them in float32 and round them where they are stored), so that a
+    comparison sees what eager compares: ``x == amin(x)`` in an amin's backward must hold where
     it held in the forward, or the gradient's tie count is 0 and the gradient NaN."""
-    if not isinstance(value, Tensor) or not isinstance(value.src, PointwiseSrc) or value.dtype != dtype:
+    if not isinstance(value, Tensor) or value.dtype != dtype or _held_in_memory(value):
         return value
     return dslf.cast(dslf.cast(value, dt.compute_dtype(dtype)), dtype)
+
+
+def _held_in_memory(value: Tensor) -> bool:
+    """Whether ``value`` reads a graph input or an extern's result through views and gathers
+    alone: such values are already in their dtype (a reduction's or a pointwise op's result, used
+    in the kernel that computes it, is not)."""
+    src = value.src
+    while isinstance(src, (ViewSrc, GatherSrc)):
+        src = src.base.src
+    return isinstance(src, (PlaceholderSrc, ExternSrc))
 
 
 def _logical(op: Op):

@@ -143,17 +143,27 @@ def test_a_make_fx_graph_holding_parameters_through_a_decomposition():
         torch.testing.assert_close(compiled(x), gn(x), rtol=1e-5, atol=1e-5)
 
 
+TIES = {  # (function of x and y, dtype, sizes of x and y)
+    "recomputed bf16 sum": (lambda x, y: (x.t() + y).amin(0, keepdim=True), torch.bfloat16, (16, 16), (1,)),
+    "fp16 minimum in the kernel that computes it": (lambda x, y: -(x + y + y).amin(0, keepdim=True),
+                                                     torch.float16, (64,), (64,)),
+    "fp16 maximum of maxima": (lambda x, y: (x.amax(0, keepdim=True).abs() + y).amax(0, keepdim=True),
+                               torch.float16, (7, 3), (3,)),
+}
+
+
 @pytest.mark.parametrize("backend, device", [("cpp", "cpu"), pytest.param("triton", "cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="the interpreter rounds to bf16 by truncation; a GPU rounds to nearest"))])
-def test_ties_of_a_recomputed_bf16_value_hold_in_the_backward(backend, device):
-    """amin's backward divides the gradient among the positions equal to the minimum; it
-    recomputes ``x.t() + y`` in float32, and compared unrounded with the bf16 minimum no position
-    matched in some columns: 0 / 0, NaN gradients where eager's are finite (Inductor has the
-    same). Comparisons of 16-bit values round what they compare to that dtype, as eager does."""
+@pytest.mark.parametrize("case", TIES)
+def test_ties_of_16_bit_values_hold_in_the_backward(backend, device, case):
+    """amin's and amax's backward divide the gradient among the positions equal to the extreme.
+    Kernels compute 16-bit values and reductions of them in float32; compared unrounded (a sum
+    recomputed in the backward, a minimum compared in the kernel that computes it) with the
+    rounded extreme, no position matched in some columns: 0 / 0, NaN gradients where eager's are
+    finite (Inductor: the same on the first two). Comparisons of 16-bit values round both sides to
+    that dtype, as eager compares them."""
+    fn, dtype, x_size, y_size = TIES[case]
     torch.manual_seed(0)
-
-    def fn(x, y):
-        return (x.t() + y).amin(0, keepdim=True)
 
     def step(f, x, y):
         x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
@@ -161,7 +171,7 @@ def test_ties_of_a_recomputed_bf16_value_hold_in_the_backward(backend, device):
         out.backward(torch.ones_like(out))
         return out, x.grad, y.grad
 
-    x, y = torch.randn(16, 16).bfloat16().to(device), torch.randn(1).bfloat16().to(device)
+    x, y = torch.randn(x_size).to(dtype).to(device), torch.randn(y_size).to(dtype).to(device)
     torch._dynamo.reset()
     got = step(torch.compile(fn, backend="loopnest", options={"backend": backend, "tune": "off"}), x, y)
     for g, w in zip(got, step(fn, x, y)):
