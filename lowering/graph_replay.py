@@ -52,7 +52,7 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         held += 0 if buffers[name].kind is BufferKind.INPUT else size
     if held > POOL_BYTES:
         return f"its buffers take {held} bytes (at most {POOL_BYTES} are held in a graph's pool)"
-    launches = max(len(compiled.steps), 1)
+    launches = len(compiled.steps)  # at least 1: a graph of no step declined above
     if moved > BYTES_PER_LAUNCH * launches:
         return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
     return None
