@@ -13,9 +13,14 @@ allows); max, min and NaN flags are exact.
 Measured on the 2-core AVX-512 Xeon (2026-12-04, kernel time, four vectors against one): at
 cache sizes layernorm 1.05x, rmsnorm_bf16 1.14x, var_mean 1.18x, full_absmax 1.19x, softmax
 0.99x; layernorm over 256-4096 rows of 2048 (4-67 MB) 1.13x-1.01x, but over 8192 rows (134 MB,
-from memory) 0.73x, where one vector runs at the copy bandwidth. So by default (``vectors``)
-a kernel keeps four vectors where what it moves fits in a quarter of the last-level cache, one
-otherwise; ``CppConfig.row_vectors`` is a tuner knob.
+from memory) 0.73x, where one vector runs at the copy bandwidth. On a 2-core AMD EPYC (Zen 4, AVX-512,
+32 MB L3; 2026-12-06, kernel time, four vectors against one) layernorm over 128-1024 rows of
+2048 (2-17 MB moved) gained 1.12-1.15x, var_mean over 2000 x 1500 (12 MB) 1.43x, a row sum over
+3000 x 1111 1.08x, logsumexp over 1800 x 1800 1.07x; over 2048-8192 rows of 2048 (34-134 MB
+moved) layernorm lost, 0.80-0.93x. So by default (``vectors``) a kernel keeps four vectors where
+what it moves fits in half the last-level cache, one otherwise (a quarter, before, left the
+cache-size suite rows of 8.4 MB at one vector on a 32 MB L3); ``CppConfig.row_vectors`` is a
+tuner knob.
 
 Where the row's length is a constant, g++ keeps the lane arrays on the stack, not in registers:
 each step loads, adds and stores them, so a lane's chain waits on store-to-load forwarding as
@@ -69,7 +74,7 @@ def vectors(kernel: Kernel, config: CppConfig) -> int:
     if config.row_vectors:
         return config.row_vectors
     moved = kernel.bytes_moved().as_int()
-    return CACHED_VECTORS if moved is not None and moved <= last_level_cache_bytes() // 4 else 1
+    return CACHED_VECTORS if moved is not None and moved <= last_level_cache_bytes() // 2 else 1
 
 
 def inner_extent(kernel: Kernel) -> int | None:
