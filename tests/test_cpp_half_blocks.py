@@ -164,3 +164,23 @@ def test_bfloat16_stores_in_blocks_round_as_torch(width):
     assert "ln_f_to_bf16s<" in generate(kernel, config)
     got = run(kernel, config, {"x": x_all}, torch.full((len(x_all),), float("nan"), dtype=torch.bfloat16))
     assert torch.equal(got.view(torch.int16), x_all.bfloat16().view(torch.int16))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_bfloat16_rounding_between_ops_matches_torch(width):
+    """A cast to bfloat16 read back as float (``ln_round_bf16``, no trip through 16 bits) gives
+    torch's bits: ties to even, overflow to infinity, denormals, signed zeros; NaN stays NaN."""
+    gen = torch.Generator().manual_seed(1)
+    ties = 1.0 + (torch.arange(0, 256, dtype=torch.float32) + 0.5) * 2.0**-7
+    special = torch.tensor([float("inf"), -float("inf"), 3.4e38, -3.4e38, 3.3961776e38, 1e-39, -7e-41,
+                            -1e-45, 0.0, -0.0, float("nan"), -float("nan"), 1.17549435e-38, 1.0, -1.0, 65504.0])
+    x_all = torch.cat([ties, special, torch.randn(512, generator=gen) * 1e3, torch.randn(256, generator=gen) * 1e-38])
+    x = ln.placeholder("x", (len(x_all),), ln.float32)
+    (kernel,) = kernels_of([ln.cast(ln.cast(x, ln.bfloat16), ln.float32) * 3.0], [x])
+    config = CppConfig(vector_width=width)
+    assert "ln_round_bf16(" in generate(kernel, config)
+    got = run(kernel, config, {"x": x_all}, torch.full((len(x_all),), float("nan")))
+    want = x_all.bfloat16().float() * 3.0
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))

