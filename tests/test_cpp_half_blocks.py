@@ -11,7 +11,7 @@ from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.scheduler.kernel import signature
-from test_backends import kernels_of, softmax
+from test_backends import kernels_of, layernorm, softmax
 
 WIDTHS = [512, 256]  # 256: the F16C path
 
@@ -184,3 +184,24 @@ def test_bfloat16_rounding_between_ops_matches_torch(width):
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan)
     assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+
+
+@pytest.mark.parametrize("cols", [3008, 3001])
+def test_float16_row_passes_in_blocks_reduce_in_lane_arrays(cols):
+    """Rows of float16 longer than a short row, at one vector of partial states: the passes that
+    convert halves run in blocks, and their reductions keep lane arrays across the blocks (an
+    ``omp simd reduction`` per block merged its 16 lanes one after another every 32 elements:
+    3.4x eager's time on a float16 layernorm). Softmax runs two passes in blocks in one row."""
+    x = ln.placeholder("x", (6, cols), ln.float16)
+    w, b = ln.placeholder("w", (cols,), ln.float32), ln.placeholder("b", (cols,), ln.float32)
+    xf = ln.cast(x, ln.float32)
+    config = CppConfig(row_vectors=1)
+    a = torch.randn(6, cols).half()
+    weights = {"w": torch.randn(cols), "b": torch.randn(cols)}
+    for out, want in ((softmax(xf), torch.softmax(a.float(), -1)),
+                      (layernorm(xf, w, b), F.layer_norm(a.float(), (cols,), weights["w"], weights["b"]))):
+        (kernel,) = kernels_of([ln.cast(out, ln.float16)], [x, w, b])
+        src = generate(kernel, config)
+        assert "ln_halves_to_f<" in src and "reduction(" not in src, src
+        got = run(kernel, config, {"x": a, **weights}, torch.full((6, cols), float("nan"), dtype=torch.float16))
+        torch.testing.assert_close(got, want.half(), atol=2e-3, rtol=2e-3)

@@ -43,6 +43,8 @@ def write(w, indent: str, accs, mine, stores, pre, pragma: str, lo: str, hi: str
     last = not mine and (w.streaming or w.prefetching)
     whole = lo == "0" and hi.isdigit() and int(hi) % BLOCK == 0  # no element left after the blocks
     stream = last and w.streaming and whole and BLOCK * 2 == LINE and not _reads_stored(stores)
+    outer, indent = indent, indent + "  "  # a scope of its own: a row may run several passes in blocks
+    w.out(outer, "{")
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {BLOCK} <= {hi}; {start} += {BLOCK}) {{")
     inner = indent + "  "
     if last:
@@ -59,6 +61,7 @@ def write(w, indent: str, accs, mine, stores, pre, pragma: str, lo: str, hi: str
     if not whole:
         w.simd_loop(indent, [f"for (int64_t {r0} = {start}; {r0} < {hi}; ++{r0}) {{"], accs, mine, stores,
                     w.flat_r(), pre, per_row=True, pragma=pragma.rstrip())
+    w.out(outer, "}")
 
 
 def _reads_stored(stores) -> bool:
