@@ -191,7 +191,8 @@ def test_float16_row_passes_in_blocks_reduce_in_lane_arrays(cols):
     """Rows of float16 longer than a short row, at one vector of partial states: the passes that
     convert halves run in blocks, and their reductions keep lane arrays across the blocks (an
     ``omp simd reduction`` per block merged its 16 lanes one after another every 32 elements:
-    3.4x eager's time on a float16 layernorm). Softmax runs two passes in blocks in one row."""
+    3.4x eager's time on a float16 layernorm). The softmax failed to compile before: its max pass
+    and its last pass both ran in blocks and declared the same block variable in one scope."""
     x = ln.placeholder("x", (6, cols), ln.float16)
     w, b = ln.placeholder("w", (cols,), ln.float32), ln.placeholder("b", (cols,), ln.float32)
     xf = ln.cast(x, ln.float32)
