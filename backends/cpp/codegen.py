@@ -701,11 +701,9 @@ class KernelWriter:
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
         exprs = self.phase_exprs(mine, stores)
         calls = vector_blocks.math_calls(exprs, pre)
-        # a 1-D phase that converts halves runs in blocks; an omp simd reduction inside each block
-        # would merge its 16 lanes one after another per block, so its states take lane arrays
         staged = len(rv) == 1 and bool(half_blocks.plan(self.k, exprs, stores, as_var(rv[0]), self.names))
         lanes = pragma is not None and bool(self.own(mine)) and (
-            row_lanes.takes_lanes(self.k, self.cfg, calls) or staged if len(rv) == 1
+            row_lanes.takes_lanes(self.k, self.cfg, calls, staged) if len(rv) == 1
             else row_lanes.inner_lanes(self.k, self.cfg, calls))
         if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
             self.out(indent, "{")

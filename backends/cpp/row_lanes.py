@@ -82,13 +82,16 @@ def inner_extent(kernel: Kernel) -> int | None:
     return kernel.rdomain[-1].as_int()
 
 
-def takes_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
+def takes_lanes(kernel: Kernel, config: CppConfig, calls: list, staged: bool = False) -> bool:
     """Whether a 1-D row phase with reductions of its own runs in lane arrays: where it keeps
-    several vectors, where it calls vector math (``vector_blocks``), and where its rows are
-    short: ``omp simd reduction`` merges its per-lane copies one after another (16 dependent
-    adds on AVX-512), which costs more than reading a short row."""
+    several vectors, where it calls vector math (``vector_blocks``), where it converts halves
+    (``staged``: the pass would run in blocks, ``row_blocks.py``, with one ``omp simd reduction``
+    per block of 32), and where its rows are short: ``omp simd reduction`` merges its per-lane
+    copies one after another (16 dependent adds on AVX-512), which costs more than reading a
+    short row or a block."""
     rnumel = inner_extent(kernel)
-    return vectors(kernel, config) > 1 or bool(calls) or (rnumel is not None and rnumel <= SHORT_ROW)
+    return (vectors(kernel, config) > 1 or bool(calls) or staged
+            or (rnumel is not None and rnumel <= SHORT_ROW))
 
 
 def inner_lanes(kernel: Kernel, config: CppConfig, calls: list) -> bool:
