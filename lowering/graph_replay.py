@@ -1,9 +1,10 @@
 """Inference graphs on CUDA replayed as one captured CUDA graph (``options={"cudagraphs": ...}``).
 
 ``"auto"`` (the default) replays a graph only where that is invisible to the caller and pays:
-more than one launch (two kernels, or an ATen call, which may launch many), static shapes, no writes into its inputs, outputs that are its own results (each returned as a
-fresh copy, so they outlive the next call as eager's do), at most ``POOL_BYTES`` of buffers held
-by the graph's memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
+more than one launch (two kernels, or an ATen call, which may launch many), static shapes, no
+writes into its inputs, outputs that are its own results (each returned as a fresh copy, so they
+outlive the next call as eager's do), at most ``POOL_BYTES`` of buffers held by the graph's
+memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
 each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
 it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
 only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
