@@ -35,7 +35,8 @@ def main() -> None:
     for name, gm in graphs(w, a.size):
         graph = FxLowering(gm).run().graph
         for k in schedule_for(graph, backend, name).kernels:
-            config = backend.default_config(k) if a.config is None else backend.config_from_json(json.loads(a.config))
+            config = backend.default_config(k) if a.config is None else \
+                backend.config_from_json(json.loads(a.config), backend.hardware("cpu"))
             print(k.text(), "\n#", config, "\n", backend.codegen(k, config), sep="")
 
 

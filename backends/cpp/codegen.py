@@ -29,7 +29,8 @@ from .ops import LIBM, RENDER, STORAGE, ctype, load_value, render_cast, render_c
 from .params import MAX_CHUNK, CppConfig
 from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
-from .streaming import stream_types, streamed_pass, wants_next_row_prefetch, wants_streaming
+from .streaming import (line_lanes, pointwise_streams, stream_types, streamed_pass, wants_next_row_prefetch,
+                        wants_streaming)
 from .tiling import TILE, transposed_dim
 from .two_pass import two_pass_welford
 
@@ -327,6 +328,7 @@ class KernelWriter:
         self.streaming = False  # set while the rows loop nest of a streamed kernel is written
         self.prefetching = False  # set while the rows of a kernel that prefetches its next row are written
         self.row_start = 0  # the line where the current row's passes start
+        self.nowait = False  # the parallel loop is an ``omp for ... nowait`` inside a parallel region
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -419,6 +421,8 @@ class KernelWriter:
 
     def parallel_for(self, count: int, indent: str = "  ") -> None:
         collapse = f" collapse({count})" if count > 1 else ""
+        if self.nowait:
+            return self.out(indent, f"#pragma omp for {self.cfg.omp_schedule}{collapse} nowait")
         self.out(indent, f"#pragma omp parallel for {self.cfg.omp_schedule}{collapse}{self.threads}")
 
     # -- pointwise --------------------------------------------------------------------------------
@@ -433,6 +437,8 @@ class KernelWriter:
             else half_blocks.Staging()
         if calls or staging:
             return self.pointwise_math_blocks(calls, staging)
+        if pv and pointwise_streams(self.k, self.cfg.stores) and self.streamed_pointwise():
+            return
         outer, pre = self.outer_loops()
         if len(pv) > 1:
             self.innermost_loops(outer, pre)
@@ -450,6 +456,42 @@ class KernelWriter:
         if pv:
             self.close_loops(1, body)
             self.finish_deferred(deferred, pragma_at, "  ")
+
+    def streamed_pointwise(self) -> bool:
+        """The kernel's innermost loop in lines of streamed stores (``streaming.py``), in one
+        parallel region whose threads fence once at its end, then the elements after the last
+        line of a one-dim kernel; False, with nothing written, where the loop does not qualify
+        (an output that does not stream, a store along a stride, a piecewise op, checks)."""
+        pv, start = self.k.pvars(), len(self.lines)
+        inner, n = as_var(pv[-1]).name, self.k.pdomain[-1].as_int()
+        lanes = line_lanes(self.k)
+        if n is None or piecewise.pieces([s.value for s in self.k.elem_stores], as_var(pv[-1]), self.k.pdomain[-1]):
+            return False
+        streamed_to = n // lanes * lanes if len(pv) == 1 else n
+        region = self.open_region()
+        if len(pv) == 1:
+            grain = f", {max(1, self.cfg.grain // lanes)}" if self.cfg.grain else ""
+            self.out("  ", f"#pragma omp for schedule({self.cfg.schedule}{grain}) nowait")
+            outer, pre = "  ", None
+        else:
+            self.nowait = True
+            outer, pre = self.outer_loops()
+            self.nowait = False
+        at = len(self.lines)
+        self.simd_loop(outer, [f"for (int64_t {inner} = 0; {inner} < {streamed_to}; ++{inner}) {{"],
+                       {}, [], self.k.elem_stores, "", pre)
+        streamed = streamed_pass(self.lines[at:], outer, stream_types(self.k), var=inner, fence=False,
+                                 flat=len(pv) == 1) if streamed_to else None
+        if streamed is None:
+            del self.lines[start:]
+            return False
+        self.lines[at:] = streamed
+        self.close_loops(len(pv) - 1, outer)
+        self.close_region(region)
+        if streamed_to < n:  # the elements after the last line: this thread alone
+            self.simd_loop("  ", [f"for (int64_t {inner} = {streamed_to}; {inner} < {n}; ++{inner}) {{"],
+                           {}, [], self.k.elem_stores, "", None)
+        return True
 
     def innermost_loops(self, outer: str, pre) -> None:
         """The innermost loop of a pointwise kernel inside its outer loops: one ``omp simd`` loop,
@@ -517,18 +559,31 @@ class KernelWriter:
     def pointwise_math_blocks(self, calls, staging: half_blocks.Staging) -> None:
         """The innermost loop in blocks whose math runs inline (``vector_blocks.py``) and whose
         halves convert a vector at a time (``half_blocks.py``), then the elements after the last
-        block through the plain loop."""
+        block through the plain loop. A kernel whose output leaves the cache stages every store
+        and writes each block's lines with streaming stores (``streaming.py``)."""
         pv, sizes = self.k.pvars(), self.k.pdomain
         inner, n, step = as_var(pv[-1]).name, self.c(sizes[-1]), vector_blocks.block_size(self.k)
         start = f"{inner}_b"
+        whole_lines = step % line_lanes(self.k) == 0 and (len(pv) == 1 or (sizes[-1].as_int() or 1) % step == 0)
+        stream = whole_lines and pointwise_streams(self.k, self.cfg.stores)
+        if stream:
+            floats = half_blocks.plan(self.k, [s.value for s in self.k.elem_stores], self.k.elem_stores,
+                                      as_var(pv[-1]), self.names, floats=True)
+            stream = all((s.buffer, s.index) in floats.stores for s in self.k.elem_stores)
+            staging = floats if stream else staging
+        region = self.open_region() if stream else None
+        self.nowait = stream
         outer, pre = self.outer_loops()
+        self.nowait = False
         if len(pv) > 1:
             self.out(outer, f"int64_t {start} = 0;", f"for (; {start} + {step} <= {n}; {start} += {step}) {{")
             tail = start
         else:
             tail = f"({n}) / {step} * {step}"
             grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
-            self.out(outer, f"#pragma omp parallel for schedule({self.cfg.schedule}{grain}){self.threads}",
+            schedule = f"schedule({self.cfg.schedule}{grain})"
+            self.out(outer, f"#pragma omp for {schedule} nowait" if stream else
+                     f"#pragma omp parallel for {schedule}{self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
         half_blocks.convert_loads(self, outer + "  ", staging, inner, start, step)
         staged = half_blocks.staged_emitter(vector_blocks.emitter_from(self, outer + "  ", pre), staging, "j_")
@@ -536,13 +591,31 @@ class KernelWriter:
         vector_blocks.open_lanes(self, outer + "  ", inner, start, step)
         self.body(outer + "    ", {}, [], self.k.elem_stores, "", pre=results)
         self.out(outer + "  ", "}")
-        half_blocks.convert_stores(self, outer + "  ", staging, inner, start, step)
+        half_blocks.convert_stores(self, outer + "  ", staging, inner, start, step, stream=stream)
         self.out(outer, "}")
+        if region is not None and len(pv) == 1:  # the elements after the blocks: this thread alone
+            self.close_region(region)
         if sizes[-1].as_int() is None or sizes[-1].as_int() % step:  # else no element is left
             self.out(outer, "#pragma omp simd", f"for (int64_t {inner} = {tail}; {inner} < {n}; ++{inner}) {{")
             self.body(outer + "  ", {}, [], self.k.elem_stores, "", pre=pre)
             self.out(outer, "}")
         self.close_loops(len(pv) - 1, outer)
+        if region is not None and len(pv) > 1:
+            self.close_region(region)
+
+    def open_region(self) -> int:
+        """Open a parallel region whose loops are ``omp for ... nowait`` (``self.nowait``), so that
+        each thread fences its streaming stores once at its end (``close_region``); returns
+        where its body starts. A kernel known to be small runs it on this thread alone."""
+        self.out("  ", *([] if self.serial else [f"#pragma omp parallel{self.threads}"]), "{")
+        return len(self.lines)
+
+    def close_region(self, body_at: int) -> None:
+        """Fence this thread's streaming stores and close the region opened at ``body_at``,
+        indenting its body."""
+        self.lines[body_at:] = ["  " + line for line in self.lines[body_at:]]
+        self.out("    ", "ln_stream_fence();")
+        self.out("  ", "}")
 
     def pointwise_blocks(self, t: int) -> None:
         """Loops over TILE x TILE blocks of (dim ``t``, the innermost dim), parallel over the

@@ -41,6 +41,7 @@ from ..names import BUFFER, mangle
 from . import vector_blocks
 from .ops import ctype
 
+LINE = 64  # bytes of one cache line, the unit of a streaming store
 BLOCK = 32  # halves per block: a 512-bit vector of them, two of floats
 
 
@@ -55,14 +56,16 @@ class Staging:
         return bool(self.loads or self.stores or self.gathers)
 
 
-def plan(kernel, exprs, stores, var: Var, names) -> Staging:
+def plan(kernel, exprs, stores, var: Var, names, floats: bool = False) -> Staging:
     """Which loads in ``exprs`` and which element ``stores`` of ``kernel`` move 16-bit floats at
     unit stride along ``var`` (affine), and which loads are not affine along it (``gathers``,
     where ``exprs`` compute), named from ``names`` (the kernel's counter); none where an index
     holds an indirect position (its checks keep the element loop whole). float16 is staged both
     ways; bfloat16 only where it is stored, since g++ vectorizes its load (a shift) but not the
-    rounding into one instruction."""
+    rounding into one instruction. ``floats``: float32 stores at unit stride too (a block that
+    streams its stores writes each line from its array)."""
     staging = Staging()
+    staged_dtypes = STAGED_STORES + ((dt.float32,) if floats else ())
     if vector_blocks.indirect(exprs):
         return staging
     stored = {s.buffer for s in stores}
@@ -70,7 +73,7 @@ def plan(kernel, exprs, stores, var: Var, names) -> Staging:
         dtype = kernel.buffers[s.buffer].dtype
         rounded = isinstance(s.value, Apply) and s.value.op is Op.CAST and s.value.dtype == dtype
         value = s.value.args[0] if rounded else s.value  # as CppEmitter.store: the store rounds once
-        if _unit_stride(kernel, s.buffer, s.index, var, STAGED_STORES) and value.dtype in (dtype, dt.float32):
+        if _unit_stride(kernel, s.buffer, s.index, var, staged_dtypes) and value.dtype in (dtype, dt.float32):
             staging.stores[(s.buffer, s.index)] = f"lnhs{next(names)}"
     computes = any(isinstance(node, Apply) and node.op is not Op.CAST for root in exprs for node in walk(root))
     for root in exprs:
@@ -100,7 +103,7 @@ def convert_loads(w, indent: str, staging: Staging, var: str, start: str, count:
     ``count`` elements from ``var`` = ``start``."""
     arrays = [*staging.loads.values(), *staging.stores.values()]
     if arrays:
-        w.out(indent, f"float {', '.join(f'{a}[{count}]' for a in arrays)};")
+        w.out(indent, f"alignas(64) float {', '.join(f'{a}[{count}]' for a in arrays)};")
     if staging.gathers:
         for load, a in staging.gathers.items():
             w.out(indent, f"{ctype(load.dtype)} {a}[{count}];")
@@ -121,17 +124,23 @@ def convert_loads(w, indent: str, staging: Staging, var: str, start: str, count:
 def convert_stores(w, indent: str, staging: Staging, var: str, start: str, count: int,
                    stream: bool = False) -> None:
     """Round the block's stored arrays into their buffers, after its lane loop; ``stream``: a
-    block of one cache line, written with a non-temporal store where it is aligned."""
+    block of whole cache lines, each written with a non-temporal store where it is aligned
+    (float32 arrays are staged only then)."""
     if not staging.stores:
         return
     em = w.emitter(indent + "  ", {})
     w.out(indent, "{", f"  const int64_t {var} = {start};")
     for (buffer, index), a in staging.stores.items():
-        at = f"&{_name(buffer)}[{em.offset(buffer, index)}]"
-        convert = f"{_ROUND[w.k.buffers[buffer].dtype]}<{_width(w)}, {count}>"
+        at, dtype = f"&{_name(buffer)}[{em.offset(buffer, index)}]", w.k.buffers[buffer].dtype
+        per_line = LINE // dtype.itemsize
+        if dtype == dt.float32:
+            w.out(indent + "  ", *(f"ln_stream_line({_plus(at, k)}, &{a}[{k}]);" if stream else
+                                   f"std::memcpy({_plus(at, k)}, &{a}[{k}], {LINE});" for k in range(0, count, per_line)))
+            continue
+        convert = f"{_ROUND[dtype]}<{_width(w)}, {count}>"
         if stream:
             w.out(indent + "  ", f"alignas(64) uint16_t {a}h[{count}];", f"{convert}({a}, {a}h);",
-                  f"ln_stream_line({at}, {a}h);")
+                  *(f"ln_stream_line({_plus(at, k)}, &{a}h[{k}]);" for k in range(0, count, per_line)))
         else:
             w.out(indent + "  ", f"{convert}({a}, {at});")
     w.out(indent, "}")
@@ -146,6 +155,10 @@ def staged_emitter(em, staging: Staging, lane: str):
 
 
 _ROUND = {dt.float16: "ln_f_to_halves", dt.bfloat16: "ln_f_to_bf16s"}  # ops.py's prelude
+
+
+def _plus(pointer: str, k: int) -> str:
+    return f"{pointer} + {k}" if k else pointer
 
 
 def _width(w) -> int:

@@ -18,6 +18,7 @@ from .accumulators import Accumulator
 from .codegen import as_written, generate, reduces_outer_dim
 from .params import COLUMN_SPLITS, SCHEDULES, STORES, VECTOR_WIDTHS, CppConfig, config_from_json
 from .split_rows import can_split_rows
+from .streaming import last_level_cache_bytes
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
@@ -48,8 +49,14 @@ def uses_row_vectors(kernel: Kernel) -> bool:
 
 
 def can_stream(kernel: Kernel) -> bool:
-    """True if forcing streaming stores changes the kernel's code (``stores`` is then a knob)."""
-    if not kernel.elem_stores or not kernel.reductions or len(kernel.pdomain) != 1:
+    """True if forcing streaming stores changes the kernel's code (``stores`` is then a knob):
+    row kernels, and pointwise kernels that move at least a quarter of the last-level cache (a
+    kernel measured alone cannot see what streaming a smaller output out of the cache costs the
+    kernel that reads it next)."""
+    if not kernel.elem_stores or (kernel.reductions and len(kernel.pdomain) != 1):
+        return False
+    moved = kernel.bytes_moved().as_int()
+    if not kernel.reductions and (moved is None or 4 * moved < last_level_cache_bytes()):
         return False
     return "ln_stream_line(&" in generate(kernel, CppConfig(stores="stream"), index_checks=False)
 
