@@ -11,6 +11,15 @@ from loopnest.backends.cpp.backend import CppBackend
 from loopnest.core import settings
 from test_backends import kernels_of, softmax
 
+
+@pytest.fixture(autouse=True)
+def inline_vecmath(monkeypatch):
+    """Sources that define the vecmath functions they call, as without the prebuilt object
+    (``pch.vecmath_object``, tested in test_cpp_pch.py): these tests read the definitions, or
+    build for another CPU."""
+    monkeypatch.setattr(cc, "prebuilt_vecmath", lambda: False)
+
+
 SPR_FLAGS = [f if f != "-march=native" else "-march=sapphirerapids" for f in cc.flags()]
 
 

@@ -8,10 +8,20 @@ import pytest
 import torch
 
 import loopnest as ln
+from loopnest.backends.cpp import compile as cc
 from loopnest.backends.cpp import vecmath_probe as probe
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.ops import VECMATH, has_libmvec
 from test_backends import kernels_of
+
+
+@pytest.fixture(autouse=True)
+def inline_vecmath(monkeypatch):
+    """Sources that define the vecmath functions they call, as without the prebuilt object
+    (``pch.vecmath_object``, tested in test_cpp_pch.py): these tests read the definitions, or
+    build for another CPU."""
+    monkeypatch.setattr(cc, "prebuilt_vecmath", lambda: False)
+
 
 NAMES = sorted(probe.REFERENCES)
 HEADER = (Path(probe.__file__).parent / "vecmath.h").read_text()

@@ -69,7 +69,8 @@ class CppBackend:
         points where CPython's headers exist)."""
         body = "\n\n".join(self.codegen(k, c) for k, c in kernels) + "\n"
         entry = pymodule.wrapper_source([k for k, _ in kernels], kernel_symbol) if pymodule.include_dir() else ""
-        return PRELUDE + CHECKS_PRELUDE + vecmath_source(body) + simd_declarations() + body + entry
+        vecmath = vecmath_source(body, prebuilt=cc.prebuilt_vecmath())
+        return PRELUDE + CHECKS_PRELUDE + vecmath + simd_declarations() + body + entry
 
     def compile(self, kernels: Sequence[tuple[Kernel, CppConfig]]) -> Artifact:
         if not kernels:

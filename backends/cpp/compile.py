@@ -15,7 +15,7 @@ from ...core.counters import counters
 from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
 from . import pch, pymodule
-from .ops import has_libmvec
+from .ops import PREBUILT_MARK, has_libmvec, vecmath_instantiations
 
 log = logging.getLogger("loopnest")
 
@@ -89,17 +89,22 @@ def build(source: str, timeout: float | None = None) -> Path:
             counters["code_cache_hits"] += 1
             return path
         log.warning("loopnest: cached library %s does not match its checksum; rebuilding it", path)
+    obj = pch.vecmath_object(cxx, flags()) if PREBUILT_MARK in source else None
+    if PREBUILT_MARK in source and obj is None:  # the object is gone: the library defines them
+        source += vecmath_instantiations()
     src_path = atomic_write(path.with_suffix(".cpp"), source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
         prelude = pch.include_flags(cxx, flags())
-        proc = _compile(cxx, prelude, src_path, tmp, timeout)
+        proc = _compile(cxx, prelude, src_path, tmp, timeout, obj)
         pch.wait(timeout)  # a header build this started ran beside it; none outlives the call
-        if proc.returncode != 0 and prelude:
-            log.warning("loopnest: %s failed with the precompiled header %s; building without it",
-                        cxx, prelude[-1])
+        if proc.returncode != 0 and (prelude or obj):
+            log.warning("loopnest: %s failed with the precompiled header %s and object %s; building without them",
+                        cxx, prelude[-1] if prelude else None, obj)
             pch.give_up(cxx, flags())
+            if obj is not None:
+                src_path = atomic_write(src_path, source + vecmath_instantiations())
             proc = _compile(cxx, [], src_path, tmp, timeout)
         if proc.returncode != 0:
             raise CompileError(f"{cxx} failed on generated source {src_path}:\n{proc.stderr[-4000:]}")
@@ -112,16 +117,24 @@ def build(source: str, timeout: float | None = None) -> Path:
     return path
 
 
+def prebuilt_vecmath() -> bool:
+    """Whether the vecmath object is built for this compiler (a library's source then only
+    declares the functions it calls: ``ops.vecmath_source``)."""
+    return pch.vecmath_object(settings.current().cxx, flags()) is not None
+
+
 def prebuild_header() -> float:
     """Build the precompiled system headers now unless they are there (``pch.py``); the seconds
     spent. Benchmarks call it first, to report that one-time cost apart from each graph's."""
     return pch.prebuild(settings.current().cxx, flags())
 
 
-def _compile(cxx: str, prelude: list[str], src_path: Path, out: str, timeout: float | None):
+def _compile(cxx: str, prelude: list[str], src_path: Path, out: str, timeout: float | None,
+             obj: Path | None = None):
+    linked = [str(obj)] if obj is not None else []
     try:
-        return subprocess.run([cxx, *flags(), *prelude, str(src_path), "-o", out], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([cxx, *flags(), *prelude, str(src_path), *linked, "-o", out], capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise CompileTimeout(f"{cxx} took longer than {timeout:g} s on {src_path}; killed") from None
 
