@@ -77,6 +77,10 @@ def cases(device: str = "cpu") -> dict:
         "batchnorm train NCHW 64x256x14x14": (lambda x: F.batch_norm(x, None, None, training=True), (randn(64, 256, 14, 14),)),
         "softmax dim1 NCHW 16x21x128x128": (lambda x: torch.softmax(x, 1), (randn(16, 21, 128, 128),)),
         "logsumexp 1000x10007": (lambda x: torch.logsumexp(x, -1), (randn(1000, 10007),)),
+        "add 8192x2048": (lambda x, y: x + y, (randn(8192, 2048), randn(8192, 2048))),
+        "bias add 8192x2048": (lambda x, b: x + b, (randn(8192, 2048), randn(2048))),
+        "relu 8192x2048": (torch.relu, (randn(8192, 2048),)),
+        "add bf16 8192x2048": (lambda x, y: x + y, (randn(8192, 2048, dtype=bf16), randn(8192, 2048, dtype=bf16))),
     }
 
 

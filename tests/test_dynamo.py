@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as Fn
 
 import loopnest as ln
+from conftest import INTERPRETER_USABLE
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -310,6 +311,7 @@ if device == "cpu":
 import triton, triton.language as tl
 from torch.library import triton_op, wrap_triton
 import loopnest as ln
+from conftest import INTERPRETER_USABLE
 
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -379,6 +381,7 @@ def test_compile_fx_on_a_dynamo_graph_trains():
         torch.testing.assert_close(p.grad, q.grad, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.skipif(not INTERPRETER_USABLE, reason="Triton's interpreter needs numpy < 2.3")
 def test_triton_backend_forward_and_backward_in_the_interpreter(tmp_path):
     """The same lowered graphs run on the Triton backend (CPU tensors in Triton's interpreter)."""
     code = '''
@@ -386,6 +389,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 import copy, torch, torch.nn as nn
 import loopnest as ln
+from conftest import INTERPRETER_USABLE
 torch.manual_seed(0)
 m = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.GELU(), nn.Linear(12, 3))
 ref = copy.deepcopy(m)
