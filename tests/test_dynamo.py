@@ -311,7 +311,6 @@ if device == "cpu":
 import triton, triton.language as tl
 from torch.library import triton_op, wrap_triton
 import loopnest as ln
-from conftest import INTERPRETER_USABLE
 
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -389,7 +388,6 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 import copy, torch, torch.nn as nn
 import loopnest as ln
-from conftest import INTERPRETER_USABLE
 torch.manual_seed(0)
 m = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.GELU(), nn.Linear(12, 3))
 ref = copy.deepcopy(m)
