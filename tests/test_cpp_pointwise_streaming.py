@@ -40,6 +40,9 @@ CASES = {  # name: (shape, dtype, body, eager, out dtype)
     "sigmoid_1d": ((1000,), torch.float32, lambda x, b: ln.sigmoid(x + b), lambda x, b: torch.sigmoid(x + b), None),
     "exp_rows": ((7, 64), torch.float32, lambda x, b: ln.exp(x) * b, lambda x, b: torch.exp(x) * b, None),
     "bf16_rows": ((5, 96), torch.bfloat16, lambda x, b: x + b, lambda x, b: x + b, None),
+    # rows not of whole lines: each streams from its first aligned line
+    "odd_rows": ((6, 101), torch.float32, lambda x, b: x * 2 + b, lambda x, b: x * 2 + b, None),
+    "short_odd_rows": ((9, 13), torch.float32, lambda x, b: x - b, lambda x, b: x - b, None),  # no whole line in a row
     "bf16_1d": ((333,), torch.bfloat16, lambda x, b: x * b, lambda x, b: x * b, None),
     "f16_tanh_rows": ((3, 128), torch.float16, lambda x, b: ln.tanh(x) + b, lambda x, b: torch.tanh(x) + b, None),
     "f32_to_bf16": ((6, 64), torch.float32, lambda x, b: x - b, lambda x, b: (x - b).bfloat16(), torch.bfloat16),

@@ -477,21 +477,39 @@ class KernelWriter:
             self.nowait = True
             outer, pre = self.outer_loops()
             self.nowait = False
+        heads = len(pv) > 1 and n % lanes != 0  # rows not of whole lines: each streams from its first aligned one
+        if heads:
+            self.line_heads(outer, pre, n, lanes)
         at = len(self.lines)
         self.simd_loop(outer, [f"for (int64_t {inner} = 0; {inner} < {streamed_to}; ++{inner}) {{"],
                        {}, [], self.k.elem_stores, "", pre)
         streamed = streamed_pass(self.lines[at:], outer, stream_types(self.k), var=inner, fence=False,
-                                 flat=len(pv) == 1) if streamed_to else None
+                                 flat=len(pv) == 1, start="lh_" if heads else None) if streamed_to else None
         if streamed is None:
             del self.lines[start:]
             return False
         self.lines[at:] = streamed
+        if heads:
+            self.out(outer, f"const int64_t lt_ = lh_ + ({n} - lh_) / {lanes} * {lanes};")
+            self.simd_loop(outer, [f"for (int64_t {inner} = lt_; {inner} < {n}; ++{inner}) {{"],
+                           {}, [], self.k.elem_stores, "", pre)
         self.close_loops(len(pv) - 1, outer)
         self.close_region(region)
         if streamed_to < n:  # the elements after the last line: this thread alone
             self.simd_loop("  ", [f"for (int64_t {inner} = {streamed_to}; {inner} < {n}; ++{inner}) {{"],
                            {}, [], self.k.elem_stores, "", None)
         return True
+
+    def line_heads(self, outer: str, pre, n: int, lanes: int) -> None:
+        """Find where the row of the kernel's first output reaches a 64-byte line (``lh_``) and
+        store the elements before it plainly."""
+        inner, first = as_var(self.k.pvars()[-1]).name, self.k.elem_stores[0]
+        em = self.emitter(outer + "  ", {})
+        self.out(outer, "int64_t lh_;", "{", f"  const int64_t {inner} = 0;",
+                 f"  lh_ = ln_line_head(&{mangle(BUFFER, first.buffer)}[{em.offset(first.buffer, first.index)}], {n});",
+                 "}")
+        self.simd_loop(outer, [f"for (int64_t {inner} = 0; {inner} < lh_; ++{inner}) {{"],
+                       {}, [], self.k.elem_stores, "", pre)
 
     def innermost_loops(self, outer: str, pre) -> None:
         """The innermost loop of a pointwise kernel inside its outer loops: one ``omp simd`` loop,

@@ -134,8 +134,9 @@ def convert_stores(w, indent: str, staging: Staging, var: str, start: str, count
         at, dtype = f"&{_name(buffer)}[{em.offset(buffer, index)}]", w.k.buffers[buffer].dtype
         per_line = LINE // dtype.itemsize
         if dtype == dt.float32:
-            w.out(indent + "  ", *(f"ln_stream_line({_plus(at, k)}, &{a}[{k}]);" if stream else
-                                   f"std::memcpy({_plus(at, k)}, &{a}[{k}], {LINE});" for k in range(0, count, per_line)))
+            w.out(indent + "  ", *(f"ln_stream_line({_plus(at, k)}, &{a}[{k}]);" if stream
+                                   else f"std::memcpy({_plus(at, k)}, &{a}[{k}], {LINE});"
+                                   for k in range(0, count, per_line)))
             continue
         convert = f"{_ROUND[dtype]}<{_width(w)}, {count}>"
         if stream:

@@ -230,6 +230,14 @@ static inline void ln_stream_line(void* p, const void* v) {
 #endif
   std::memcpy(p, v, 64);
 }
+// Elements of the row at p before its first 64-byte-aligned one (n where none is: a row shorter
+// than that, or p not aligned to its own element size).
+template <class T> static inline int64_t ln_line_head(const T* p, int64_t n) {
+  uintptr_t a = (uintptr_t)p;
+  if (a % sizeof(T)) return n;
+  int64_t head = (int64_t)(((64 - (a & 63)) & 63) / sizeof(T));
+  return head < n ? head : n;
+}
 static inline void ln_stream_fence() {
 #ifdef __AVX__
   _mm_sfence();

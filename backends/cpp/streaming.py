@@ -124,7 +124,7 @@ def stream_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
 
 def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int]],
                   stream: bool = True, row_loads: list[str] = (), var: str = "r0",
-                  fence: bool = True, flat: bool = False) -> list[str] | None:
+                  fence: bool = True, flat: bool = False, start: str | None = None) -> list[str] | None:
     """The lines of the pass ``lines`` (its ``omp simd`` pragma, its loop over ``var`` from 0 to a
     static multiple of the block, its body, its closing brace) rewritten to stream its stores, or
     None when the pass does not qualify. ``types``: the outputs that may stream
@@ -132,7 +132,9 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     next row's input, one line per block: the inputs this pass loads, and those that earlier
     passes of the row load (``row_loads``: their lines). ``fence`` False leaves the fence to the
     caller (a pointwise kernel fences once per thread, ``pointwise_streams``); ``flat`` lets a
-    store sit at ``[var]`` itself (a one-dim pointwise kernel's loop)."""
+    store sit at ``[var]`` itself (a one-dim pointwise kernel's loop). ``start``: the lines begin
+    there (a run-time position, the row's first aligned line) and end at the last whole one, the
+    elements around them left to the caller's loops."""
     if len(lines) < 3 or not lines[0].strip().startswith("#pragma omp simd") or lines[-1] != indent + "}":
         return None
     header = re.fullmatch(rf"\s*for \(int64_t {var} = 0; {var} < (\d+); \+\+{var}\) \{{", lines[1])
@@ -167,10 +169,11 @@ def streamed_pass(lines: list[str], indent: str, types: dict[str, tuple[str, int
     if not (staged if stream else prefetch):
         return None  # nothing to stream, or no row input to prefetch
     lanes = LINE // min(types.get(buf, ("", 4))[1] for buf in ([b for b, _ in staged] if stream else prefetch))
-    if int(header.group(1)) % lanes:
+    if start is None and int(header.group(1)) % lanes:
         return None
     inner = indent + "  "
-    out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {lanes}) {{"]
+    out = [f"{indent}for (int64_t rb_ = 0; rb_ < {header.group(1)}; rb_ += {lanes}) {{" if start is None else
+           f"{indent}for (int64_t rb_ = {start}; rb_ + {lanes} <= {header.group(1)}; rb_ += {lanes}) {{"]
     out += [f"{inner}alignas(64) {types[buf][0]} st{n}_[{lanes}];" for n, (buf, _) in enumerate(staged)]
     out += [inner + line for line in prefetch.values()]
     # counted from 0: with -fwrapv, ``r0 < rb_ + lanes`` would not tell g++ the trip count
