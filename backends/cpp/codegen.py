@@ -37,6 +37,7 @@ from .two_pass import two_pass_welford
 
 # Elements (rows x reduced elements) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 15
+HEAD_ROW_LINES = 4  # streamed pointwise rows that are not whole lines: at least this many lines each
 
 
 def atom_name(a) -> str:
@@ -467,6 +468,9 @@ class KernelWriter:
         lanes = line_lanes(self.k)
         if n is None or piecewise.pieces([s.value for s in self.k.elem_stores], as_var(pv[-1]), self.k.pdomain[-1]):
             return False
+        heads = len(pv) > 1 and n % lanes != 0  # rows not of whole lines: each streams from its first aligned one
+        if heads and n < HEAD_ROW_LINES * lanes:  # a short row's own loops would cost more than its lines save
+            return False
         streamed_to = n // lanes * lanes if len(pv) == 1 else n
         region = self.open_region()
         if len(pv) == 1:
@@ -477,7 +481,6 @@ class KernelWriter:
             self.nowait = True
             outer, pre = self.outer_loops()
             self.nowait = False
-        heads = len(pv) > 1 and n % lanes != 0  # rows not of whole lines: each streams from its first aligned one
         if heads:
             self.line_heads(outer, pre, n, lanes)
         at = len(self.lines)
