@@ -461,8 +461,10 @@ class KernelWriter:
     def streamed_pointwise(self) -> bool:
         """The kernel's innermost loop in lines of streamed stores (``streaming.py``), in one
         parallel region whose threads fence once at its end, then the elements after the last
-        line of a one-dim kernel; False, with nothing written, where the loop does not qualify
-        (an output that does not stream, a store along a stride, a piecewise op, checks)."""
+        line of a one-dim kernel. Rows that are not whole lines (``HEAD_ROW_LINES`` lines long at
+        least) stream from their first aligned line (``line_heads``). False, with nothing
+        written, where the loop does not qualify (an output that does not stream, a store along
+        a stride, a piecewise op, checks)."""
         pv, start = self.k.pvars(), len(self.lines)
         inner, n = as_var(pv[-1]).name, self.k.pdomain[-1].as_int()
         lanes = line_lanes(self.k)
