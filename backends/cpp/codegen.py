@@ -329,7 +329,6 @@ class KernelWriter:
         self.streaming = False  # set while the rows loop nest of a streamed kernel is written
         self.prefetching = False  # set while the rows of a kernel that prefetches its next row are written
         self.row_start = 0  # the line where the current row's passes start
-        self.nowait = False  # the parallel loop is an ``omp for ... nowait`` inside a parallel region
 
     def emitter(self, indent: str, accs: dict[str, Accumulator]) -> CppEmitter:
         return CppEmitter(self.k, self.lines, indent, accs, self.names, self.sites)
@@ -420,9 +419,11 @@ class KernelWriter:
             return " if(0)" if self.serial else ""
         return f" if(({self.c(work)}) >= {PARALLEL_MIN_WORK})"
 
-    def parallel_for(self, count: int, indent: str = "  ") -> None:
+    def parallel_for(self, count: int, indent: str = "  ", nowait: bool = False) -> None:
+        """The pragma of ``count`` collapsed parallel loops; with ``nowait``, their worksharing
+        inside a parallel region already open (``open_region``)."""
         collapse = f" collapse({count})" if count > 1 else ""
-        if self.nowait:
+        if nowait:
             return self.out(indent, f"#pragma omp for {self.cfg.omp_schedule}{collapse} nowait")
         self.out(indent, f"#pragma omp parallel for {self.cfg.omp_schedule}{collapse}{self.threads}")
 
@@ -476,13 +477,10 @@ class KernelWriter:
         streamed_to = n // lanes * lanes if len(pv) == 1 else n
         region = self.open_region()
         if len(pv) == 1:
-            grain = f", {max(1, self.cfg.grain // lanes)}" if self.cfg.grain else ""
-            self.out("  ", f"#pragma omp for schedule({self.cfg.schedule}{grain}) nowait")
+            self.out("  ", f"#pragma omp for {self.block_schedule(lanes)} nowait")
             outer, pre = "  ", None
         else:
-            self.nowait = True
-            outer, pre = self.outer_loops()
-            self.nowait = False
+            outer, pre = self.outer_loops(nowait=True)
         if heads:
             self.line_heads(outer, pre, n, lanes)
         at = len(self.lines)
@@ -542,7 +540,7 @@ class KernelWriter:
         self.out(indent, "}")
         self.finish_deferred(deferred, pragma_at, indent)
 
-    def outer_loops(self) -> tuple[str, CppEmitter | None]:
+    def outer_loops(self, nowait: bool = False) -> tuple[str, CppEmitter | None]:
         """Open a pointwise kernel's loops over all but its innermost dim (parallel), with the
         indirect positions that do not change along the innermost computed before it; returns
         the indent inside them and that emitter (None for a kernel of one dim or none)."""
@@ -550,7 +548,7 @@ class KernelWriter:
         if len(pv) <= 1:
             return "  ", None
         tables = self.inner_tables()
-        self.parallel_for(len(pv) - 1)
+        self.parallel_for(len(pv) - 1, nowait=nowait)
         outer = self.open_loops(pv[:-1], self.k.pdomain[:-1], "  ")
         if self.k.pdomain[-1].as_int() is None:  # what is hoisted reads only where the loop runs
             self.out(outer, f"if ({self.c(self.k.pdomain[-1])} <= 0) continue;")
@@ -595,16 +593,13 @@ class KernelWriter:
             stream = all((s.buffer, s.index) in floats.stores for s in self.k.elem_stores)
             staging = floats if stream else staging
         region = self.open_region() if stream else None
-        self.nowait = stream
-        outer, pre = self.outer_loops()
-        self.nowait = False
+        outer, pre = self.outer_loops(nowait=stream)
         if len(pv) > 1:
             self.out(outer, f"int64_t {start} = 0;", f"for (; {start} + {step} <= {n}; {start} += {step}) {{")
             tail = start
         else:
             tail = f"({n}) / {step} * {step}"
-            grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""  # grain counts elements
-            schedule = f"schedule({self.cfg.schedule}{grain})"
+            schedule = self.block_schedule(step)
             self.out(outer, f"#pragma omp for {schedule} nowait" if stream else
                      f"#pragma omp parallel for {schedule}{self.threads}",
                      f"for (int64_t {start} = 0; {start} < {tail}; {start} += {step}) {{")
@@ -626,8 +621,14 @@ class KernelWriter:
         if region is not None and len(pv) > 1:
             self.close_region(region)
 
+    def block_schedule(self, step: int) -> str:
+        """The ``schedule(...)`` clause of a parallel loop over blocks of ``step`` elements (the
+        config's grain counts elements)."""
+        grain = f", {max(1, self.cfg.grain // step)}" if self.cfg.grain else ""
+        return f"schedule({self.cfg.schedule}{grain})"
+
     def open_region(self) -> int:
-        """Open a parallel region whose loops are ``omp for ... nowait`` (``self.nowait``), so that
+        """Open a parallel region whose loops are ``omp for ... nowait``, so that
         each thread fences its streaming stores once at its end (``close_region``); returns
         where its body starts. A kernel known to be small runs it on this thread alone."""
         self.out("  ", *([] if self.serial else [f"#pragma omp parallel{self.threads}"]), "{")
@@ -797,9 +798,9 @@ class KernelWriter:
             indent, lo, hi = open_blocks(self, indent, lo, hi, step)
         exprs = self.phase_exprs(mine, stores)
         calls = vector_blocks.math_calls(exprs, pre)
-        staged = len(rv) == 1 and bool(half_blocks.plan(self.k, exprs, stores, as_var(rv[0]), self.names))
+        staging = half_blocks.plan(self.k, exprs, stores, as_var(rv[-1]), self.names)
         lanes = pragma is not None and bool(self.own(mine)) and (
-            row_lanes.takes_lanes(self.k, self.cfg, calls, staged) if len(rv) == 1
+            row_lanes.takes_lanes(self.k, self.cfg, calls, bool(staging)) if len(rv) == 1
             else row_lanes.inner_lanes(self.k, self.cfg, calls))
         if lanes:  # vectors of partial states in lane arrays (row_lanes.py)
             self.out(indent, "{")
@@ -809,27 +810,24 @@ class KernelWriter:
                 inner = self.open_loops(rv[1:-1], sizes[1:-1], inner + "  ")
                 lo, hi = "0", self.c(sizes[-1])
             row_lanes.write_lanes(self, inner, accs, mine, stores, pre, as_var(rv[-1]).name, lo, hi,
-                                  row_lanes.lane_count(self.k, self.cfg), calls)
+                                  row_lanes.lane_count(self.k, self.cfg), calls, staging)
             if len(rv) > 1:
                 self.close_loops(len(rv) - 1, inner)
             self.out(indent, "}")
         else:
-            self.row_loop(indent, accs, mine, stores, pre, pragma, lo, hi)
+            self.row_loop(indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls)
         if step is not None:
             self.out(indent, *sums.fold())
             self.out(outer, "}", *sums.finish())
 
-    def row_loop(self, indent, accs, mine, stores, pre, pragma, lo, hi) -> None:
+    def row_loop(self, indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls) -> None:
         """One loop over the reduced dims from ``lo`` to ``hi``: ``omp simd`` with ``pragma``'s
-        reduction clauses where the row is one dim, streamed stores where the phase only stores."""
+        reduction clauses where the row is one dim, streamed stores where the phase only stores;
+        in blocks where it stages halves or calls math (``staging``, ``calls``: the phase's)."""
         rv, sizes = self.k.rvars(), list(self.k.rdomain)
         r0 = as_var(rv[0]).name
-        exprs = self.phase_exprs(mine, stores)
-        if len(rv) == 1 and pragma:
-            staging = half_blocks.plan(self.k, exprs, stores, as_var(rv[0]), self.names)
-            calls = vector_blocks.math_calls(exprs, pre)
-            if row_blocks.wanted(self, mine, stores, staging, calls):  # (row_blocks.py)
-                return row_blocks.write(self, indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls)
+        if len(rv) == 1 and pragma and row_blocks.wanted(self, mine, stores, staging, calls):  # (row_blocks.py)
+            return row_blocks.write(self, indent, accs, mine, stores, pre, pragma, lo, hi, staging, calls)
         pragma_at, deferred = len(self.lines), ([] if len(rv) == 1 and pragma else None)
         if len(rv) == 1 and pragma:
             self.out(indent, pragma)

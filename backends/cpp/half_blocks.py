@@ -40,8 +40,8 @@ from ...ir.ops import Op
 from ..names import BUFFER, mangle
 from . import vector_blocks
 from .ops import ctype
+from .streaming import LINE
 
-LINE = 64  # bytes of one cache line, the unit of a streaming store
 BLOCK = 32  # halves per block: a 512-bit vector of them, two of floats
 
 

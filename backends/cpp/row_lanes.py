@@ -58,7 +58,6 @@ keep their (empty) rest loop: removing it measured 4% slower on the suite's soft
 """
 from __future__ import annotations
 
-from ...ir.index import as_var
 from ...scheduler.kernel import Kernel
 from . import half_blocks, vector_blocks
 from .accumulators import Accumulator
@@ -122,20 +121,19 @@ def lane_accumulators(own: list[Accumulator]) -> dict[str, Accumulator]:
 
 
 def write_lanes(w, indent: str, accs: dict, mine: list, stores: list, pre, r0: str, lo: str, hi: str,
-                count: int, calls: list) -> None:
+                count: int, calls: list, staging: half_blocks.Staging) -> None:
     """Write the loop over ``[lo, hi)`` onto ``w`` (a KernelWriter), each reduction in ``count``
     partial states: full steps of ``count`` elements, then the rest of the row (element j in
     lane j; in a row of known length, only its whole vectors, the last few elements going into
     the scalar states), then the lanes folded into the scalar states. The math ``calls``
     (``vector_blocks.math_calls``) of each full step run inline on arrays of ``count``
-    arguments."""
+    arguments; the halves of ``staging`` (``half_blocks.plan`` along the innermost reduced dim)
+    convert a step at a time."""
     own = w.own(mine)
     states = lane_accumulators(own)
     start = f"{r0}l_"
     for a in states.values():
         w.out(indent, *a.declare(str(count)))
-    exprs = w.phase_exprs(mine, stores)
-    staging = half_blocks.plan(w.k, exprs, stores, as_var(w.k.rvars()[-1]), w.names)
     w.out(indent, f"int64_t {start} = {lo};", f"for (; {start} + {count} <= {hi}; {start} += {count}) {{")
     half_blocks.convert_loads(w, indent + "  ", staging, r0, start, count)
     staged = half_blocks.staged_emitter(vector_blocks.emitter_from(w, indent + "  ", pre), staging, "j")
