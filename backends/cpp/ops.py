@@ -299,6 +299,14 @@ template <int W, int N> static inline void ln_halves_to_f(const uint16_t* s, flo
 }
 template <int W, int N> static inline void ln_f_to_halves(const float* s, uint16_t* d) {
 #if defined(__AVX512F__)
+  if constexpr (W == 16 && N % 32 == 0) {  // whole lines: one store each (ln_f_to_bf16s says why)
+    for (int i = 0; i < N; i += 32) {
+      __m256i lo = _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m256i hi = _mm512_cvtps_ph(_mm512_loadu_ps(s + i + 16), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm512_storeu_si512((__m512i*)(d + i), _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    }
+    return;
+  }
   if constexpr (W == 16 && N % 16 == 0) {
     for (int i = 0; i < N; i += 16)
       _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -306,6 +314,14 @@ template <int W, int N> static inline void ln_f_to_halves(const float* s, uint16
   }
 #endif
 #if defined(__F16C__)
+  if constexpr (N % 16 == 0) {  // 32-byte stores, as an AVX line is streamed (ln_stream_line)
+    for (int i = 0; i < N; i += 16) {
+      __m128i lo = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_storeu_si256((__m256i*)(d + i), _mm256_set_m128i(hi, lo));
+    }
+    return;
+  }
   if constexpr (N % 8 == 0) {
     for (int i = 0; i < N; i += 8)
       _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -320,6 +336,17 @@ template <int W, int N> static inline void ln_f_to_halves(const float* s, uint16
 // takes the integer spelling instead, so every bit pattern matches ln_f_to_bf16 but NaN payloads.
 template <int W, int N> static inline void ln_f_to_bf16s(const float* s, uint16_t* d) {
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  if constexpr (W == 16 && N % 32 == 0) {  // whole lines: a streamed pass reloads them as one
+    for (int i = 0; i < N; i += 32) {      // vector, which two 32-byte stores could not forward
+      __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
+      if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
+        for (int k = i; k < i + 32; ++k) d[k] = ln_f_to_bf16(s[k]);
+      } else {
+        _mm512_storeu_si512((__m512i*)(d + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      }
+    }
+    return;
+  }
   if constexpr (W == 16 && N % 16 == 0) {
     for (int i = 0; i < N; i += 16) {
       __m512 v = _mm512_loadu_ps(s + i);
