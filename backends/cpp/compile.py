@@ -5,6 +5,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -32,9 +33,11 @@ log = logging.getLogger("loopnest")
 # math call whose value only one arm of a select reads where the code computes it: sunk into
 # that arm it is a branch with a call, which g++ does not if-convert, and the loop stays scalar
 # (a KL divergence's ``where(p == 0, 0, p * log(p))``, an ELU's ``where(x > 0, x, expm1(x))``).
+# -fuse-ld=gold where binutils has it: a kernel library links in 0.03 s with gold against 0.05-0.06
+# s with ld.bfd (g++ 12, Zen 4 host, 2026-12-07), a fifth of a one-kernel graph's build.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
          "-fno-trapping-math", "-fno-tree-pre", "-fno-tree-sink", "-fwrapv") + (
-    ("-lmvec",) if has_libmvec() else ())
+    ("-lmvec",) if has_libmvec() else ()) + (("-fuse-ld=gold",) if shutil.which("ld.gold") else ())
 
 
 def flags() -> tuple[str, ...]:
