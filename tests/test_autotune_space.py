@@ -36,6 +36,7 @@ SUM_ROWS = lambda x: ln.sum(x, 1)  # noqa: E731
 SUM_COLUMNS = lambda x: x.sum(0)  # noqa: E731
 FULL_MAX = lambda x: ln.max(ln.abs(x))  # noqa: E731
 FULL_ARGMAX = lambda x: ln.argmax(x)  # noqa: E731
+TRANSPOSED = lambda x: ln.permute(x, 1, 0) * 2.0  # noqa: E731
 
 
 @pytest.mark.parametrize("build, shape, knobs", [
@@ -47,6 +48,7 @@ FULL_ARGMAX = lambda x: ln.argmax(x)  # noqa: E731
     (SUM_COLUMNS, (64, 8192), {"threads", "schedule", "grain", "chunk"}),  # partials too wide to split rows
     (FULL_MAX, (4096,), {"threads", "row_vectors"}),
     (FULL_ARGMAX, (4096,), {"threads", "lanes"}),
+    (TRANSPOSED, (64, 96), {"threads", "schedule", "grain", "transposed_reads"}),  # blocks read whole
 ])
 def test_cpp_space_tunes_only_knobs_the_code_uses(build, shape, knobs):
     kernel = kernel_of(build, shape)

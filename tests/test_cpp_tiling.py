@@ -6,7 +6,10 @@ import torch
 import loopnest as ln
 from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
-from loopnest.backends.cpp.tiling import transposed_dim
+from loopnest.backends.cpp.backend import CppBackend
+from loopnest.backends.cpp.tiling import block_reads, reads_in_registers, transposed_dim
+from loopnest.core.hardware import this_cpu
+from loopnest.scheduler.kernel import signature
 from loopnest.ir.index import stride_along
 from loopnest.ir import dtypes as dt
 from loopnest.ir.expr import Const
@@ -69,3 +72,53 @@ def test_channels_last_and_row_major_inputs_together():
     got = torch.compile(fn, backend="loopnest", options={"backend": "cpp"})(x, y)
     assert torch.equal(got, fn(x, y)) and got.stride() == fn(x, y).stride()
     assert "_0 += 16" in compiled_source(fn, x, y)
+
+
+def launch(kernel, config, inputs: dict, out: torch.Tensor) -> torch.Tensor:
+    launcher = CppBackend().compile([(kernel, config)]).launchers[kernel.name]
+    launcher({n: out if n in kernel.outputs else inputs[n] for n in signature(kernel).buffers}, {})
+    return out
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (512, 80), (1000, 777), (33, 64), (16, 17)])
+@pytest.mark.parametrize("reads", ["registers", "gather", "auto"])
+def test_blocks_transposed_in_registers_match_eager(shape, reads):
+    """Whole blocks read the transposed input through ``ln_transpose16``, blocks cut by the
+    domain's end read it element by element: either way the difference is eager's, bit for bit, in every
+    element of a NaN-poisoned output; a second input read along its lines is untouched."""
+    rows, cols = shape
+    x, y = ln.placeholder("x", (rows, cols), ln.float32), ln.placeholder("y", (cols, rows), ln.float32)
+    (kernel,) = kernels_of([ln.permute(x, 1, 0) - y], [x, y])  # one op: no FMA to contract
+    config = CppConfig(transposed_reads=reads)
+    src = generate(kernel, config)
+    assert ("ln_transpose16(" in src) == bool(reads_in_registers(kernel, 0, config))
+    if reads == "registers":
+        assert "ln_transpose16(" in src
+    gen = torch.Generator().manual_seed(rows)
+    a, b = torch.randn(rows, cols, generator=gen), torch.randn(cols, rows, generator=gen)
+    got = launch(kernel, config, {"x": a, "y": b}, torch.full((cols, rows), float("nan")))
+    assert torch.equal(got, a.t() - b)
+
+
+def test_which_reads_go_through_registers():
+    """float32 inputs contiguous along the block's outer dim are read in blocks; "auto" takes them
+    only where every row stride is a whole number of lines and the CPU has AVX-512."""
+    x, y = ln.placeholder("x", (40, 48), ln.float32), ln.placeholder("y", (48, 40), ln.float32)
+    (kernel,) = kernels_of([ln.permute(x, 1, 0) + y], [x, y])
+    assert list(block_reads(kernel, 0).values()) == [48]
+    avx512 = "avx512f" in this_cpu().capability.split(",")
+    assert bool(reads_in_registers(kernel, 0, CppConfig())) == avx512
+    assert not reads_in_registers(kernel, 0, CppConfig(transposed_reads="gather"))
+    odd = ln.placeholder("odd", (40, 37), ln.float32)
+    (kernel,) = kernels_of([ln.permute(odd, 1, 0) * 2.0], [odd])
+    assert list(block_reads(kernel, 0).values()) == [37]
+    assert not reads_in_registers(kernel, 0, CppConfig())
+    assert reads_in_registers(kernel, 0, CppConfig(transposed_reads="registers"))
+    half = ln.placeholder("half", (40, 48), ln.bfloat16)
+    (kernel,) = kernels_of([ln.permute(half, 1, 0) * 2.0], [half])
+    assert transposed_dim(kernel) == 0 and not block_reads(kernel, 0)
+
+
+def test_transposed_reads_is_validated():
+    with pytest.raises(ValueError, match="transposed_reads"):
+        CppConfig(transposed_reads="shuffle")

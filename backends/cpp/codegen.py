@@ -31,7 +31,7 @@ from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
 from .streaming import (line_lanes, pointwise_streams, stream_types, streamed_pass, wants_next_row_prefetch,
                         wants_streaming)
-from .tiling import TILE, transposed_dim
+from .tiling import TILE, reads_in_registers, transposed_dim
 from .two_pass import two_pass_welford
 
 
@@ -643,7 +643,8 @@ class KernelWriter:
 
     def pointwise_blocks(self, t: int) -> None:
         """Loops over TILE x TILE blocks of (dim ``t``, the innermost dim), parallel over the
-        other dims and the blocks (``tiling.py``)."""
+        other dims and the blocks (``tiling.py``); whole blocks read the inputs it transposes in
+        registers through block arrays, if the config has any."""
         pv, sizes = self.k.pvars(), self.k.pdomain
         outer = [k for k in range(len(pv) - 1) if k != t]
         tv, iv = as_var(pv[t]).name, as_var(pv[-1]).name
@@ -653,17 +654,49 @@ class KernelWriter:
         self.out(indent, f"for (int64_t {tv}_0 = 0; {tv}_0 < {tn}; {tv}_0 += {TILE}) {{")
         self.out(indent + "  ", f"for (int64_t {iv}_0 = 0; {iv}_0 < {inn}; {iv}_0 += {TILE}) {{")
         indent += "    "
-        self.out(indent, f"for (int64_t {tv} = {tv}_0; {tv} < std::min<int64_t>({tv}_0 + {TILE}, {tn}); ++{tv}) {{")
+        reads = reads_in_registers(self.k, t, self.cfg)
+        if not reads:
+            self.block_loops(indent, tv, iv, f"std::min<int64_t>({tv}_0 + {TILE}, {tn})",
+                             f"std::min<int64_t>({iv}_0 + {TILE}, {inn})")
+            return self.close_loops(2 + len(outer), indent)
+        self.out(indent, f"if ({tv}_0 + {TILE} <= {tn} && {iv}_0 + {TILE} <= {inn}) {{")
+        arrays = {}
+        for load, stride in reads.items():
+            arrays[load] = array = f"lnt{next(self.names)}"
+            em = self.emitter(indent + "  ", {})
+            corner = em.offset(load.buffer, tuple(i.subs({as_var(pv[t]): Index.of(0), as_var(pv[-1]): Index.of(0)})
+                                                  for i in load.index))
+            self.out(indent + "  ", f"alignas(64) float {array}[{TILE * TILE}];",
+                     f"ln_transpose16(&{mangle(BUFFER, load.buffer)}[({corner}) + {tv}_0 + {iv}_0 * {stride}], "
+                     f"{stride}, {array});")
+        self.block_loops(indent + "  ", tv, iv, f"{tv}_0 + {TILE}", f"{iv}_0 + {TILE}",
+                         {load: f"{a}[({tv} - {tv}_0) * {TILE} + ({iv} - {iv}_0)]" for load, a in arrays.items()})
+        self.out(indent, "} else {")
+        self.block_loops(indent + "  ", tv, iv, f"std::min<int64_t>({tv}_0 + {TILE}, {tn})",
+                         f"std::min<int64_t>({iv}_0 + {TILE}, {inn})")
+        self.out(indent, "}")
+        self.close_loops(2 + len(outer), indent)
+
+    def block_loops(self, indent: str, tv: str, iv: str, t_end: str, i_end: str,
+                    given: dict | None = None) -> None:
+        """The loops over one block's elements, up to ``t_end`` and ``i_end``; ``given``: loads
+        read from block arrays instead (their C++ expressions)."""
+        pv = self.k.pvars()
+        self.out(indent, f"for (int64_t {tv} = {tv}_0; {tv} < {t_end}; ++{tv}) {{")
         inner = indent + "  "
-        pre = self.hoisted(inner, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        values = [s.value for s in self.k.elem_stores]
+        pre = self.hoisted(inner, {}, values, pv[-1:])
+        if given:
+            pre = pre if pre is not None else self.emitter(inner, {})
+            pre.cache.update(given)
         pragma_at = len(self.lines)
         self.out(inner, "#pragma omp simd")
-        self.out(inner, f"for (int64_t {iv} = {iv}_0; {iv} < std::min<int64_t>({iv}_0 + {TILE}, {inn}); ++{iv}) {{")
+        self.out(inner, f"for (int64_t {iv} = {iv}_0; {iv} < {i_end}; ++{iv}) {{")
         deferred: list[Deferred] = []
         self.body(inner + "  ", {}, [], self.k.elem_stores, "", pre=pre, deferred=deferred)
         self.out(inner, "}")
         self.finish_deferred(deferred, pragma_at, inner)
-        self.close_loops(3 + len(outer), inner)
+        self.out(indent, "}")
 
     # -- reductions: shared pieces -------------------------------------------------------------------
     def accumulators(self, index: str = "", prefix: str = "acc") -> dict[str, Accumulator]:

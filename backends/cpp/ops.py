@@ -238,6 +238,35 @@ template <class T> static inline int64_t ln_line_head(const T* p, int64_t n) {
   int64_t head = (int64_t)(((64 - (a & 63)) & 63) / sizeof(T));
   return head < n ? head : n;
 }
+// A 16 x 16 block of floats read across its lines, transposed into d: d[16 k + i] = s[k + i *
+// stride] (tiling.py). AVX-512: 16 row loads, three rounds of shuffles, 16 stores; else a copy.
+static inline void ln_transpose16(const float* s, int64_t stride, float* d) {
+#if defined(__AVX512F__)
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * stride);
+  for (int i = 0; i < 16; i += 2) {  // rows i, i + 1 interleaved, within each 128-bit lane
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane l of r[i + j]: rows i..i+3 at column 4 l + j
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int j = 0; j < 4; ++j) {  // gather lane l of the four row groups: column 4 l + j
+    __m512 lo01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), lo23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
+    __m512 hi01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xee), hi23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xee);
+    _mm512_store_ps(d + 16 * j, _mm512_shuffle_f32x4(lo01, lo23, 0x88));
+    _mm512_store_ps(d + 16 * (4 + j), _mm512_shuffle_f32x4(lo01, lo23, 0xdd));
+    _mm512_store_ps(d + 16 * (8 + j), _mm512_shuffle_f32x4(hi01, hi23, 0x88));
+    _mm512_store_ps(d + 16 * (12 + j), _mm512_shuffle_f32x4(hi01, hi23, 0xdd));
+  }
+#else
+  for (int k = 0; k < 16; ++k)
+    for (int i = 0; i < 16; ++i) d[16 * k + i] = s[k + i * stride];
+#endif
+}
 static inline void ln_stream_fence() {
 #ifdef __AVX__
   _mm_sfence();

@@ -12,6 +12,7 @@ MAX_THREADS = 1024  # a sanity bound; a config is bounded by the cores of the ma
 MAX_CHUNK = 2048  # columns per thread: 8 KB of float partials each, in L1 with the rows streaming by
 VECTOR_WIDTHS = (512, 256)  # bits of the vectors a kernel's loops are vectorized with, at most
 ROW_VECTORS = (0, 1, 2, 4, 8)  # vectors of partial states of a row reduction (0: by the sizes)
+TRANSPOSED_READS = ("auto", "gather", "registers")  # how a tiled kernel reads an input across its lines
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,10 @@ class CppConfig:
     the widest vectors its loops use, in bits (512: the widest the CPU has; under -march=native
     GCC prefers 256-bit vectors on AVX-512 Xeons, which halves the lanes of every loop and calls
     the 8-lane variants of the vector math); ``row_vectors``: vectors of partial states a row's
-    sum, max or min keeps (0: by the sizes, ``row_lanes.vectors``).
+    sum, max or min keeps (0: by the sizes, ``row_lanes.vectors``); ``transposed_reads``: how a
+    pointwise kernel tiled for an input read across its lines reads it (``tiling.py``): one
+    element at a time ("gather") or whole 16 x 16 blocks transposed in registers ("registers"),
+    "auto" choosing by the input's row stride and the CPU.
     """
 
     threads: int = 0
@@ -44,6 +48,7 @@ class CppConfig:
     column_split: str = "auto"
     vector_width: int = 512
     row_vectors: int = 0
+    transposed_reads: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.threads, int) or isinstance(self.threads, bool):
@@ -64,6 +69,8 @@ class CppConfig:
             raise ValueError(f"vector_width must be one of {VECTOR_WIDTHS}, got {self.vector_width!r}")
         if self.row_vectors not in ROW_VECTORS:
             raise ValueError(f"row_vectors must be one of {ROW_VECTORS}, got {self.row_vectors!r}")
+        if self.transposed_reads not in TRANSPOSED_READS:
+            raise ValueError(f"transposed_reads must be one of {TRANSPOSED_READS}, got {self.transposed_reads!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.grain, int) or isinstance(self.grain, bool) or not 0 <= self.grain <= 1 << 16:

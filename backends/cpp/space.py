@@ -7,7 +7,9 @@
 * ``chunk``: when the kernel reduces over an outer dimension (columns); 0 derives it;
 * ``stores``: when a row kernel's last pass can stream its stores (``streaming.py``);
 * ``column_split``: when a column reduction can run with its rows split across threads
-  (``split_rows.py``).
+  (``split_rows.py``);
+* ``transposed_reads``: when a tiled pointwise kernel has an input it can read a block at a time
+  (``tiling.py``).
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from ...core.space import Knob, SearchSpace
 from ...scheduler.kernel import Kernel
 from .accumulators import Accumulator
 from .codegen import as_written, generate, reduces_outer_dim
-from .params import COLUMN_SPLITS, SCHEDULES, STORES, VECTOR_WIDTHS, CppConfig, config_from_json
+from .params import COLUMN_SPLITS, SCHEDULES, STORES, TRANSPOSED_READS, VECTOR_WIDTHS, CppConfig, config_from_json
 from .split_rows import can_split_rows
 from .streaming import last_level_cache_bytes
+from .tiling import block_reads, transposed_dim
 
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 0: from the sizes and threads
@@ -79,6 +82,9 @@ def search_space(kernel: Kernel, hardware: HardwareInfo) -> SearchSpace:
         knobs.append(Knob("column_split", COLUMN_SPLITS, ordered=False))
     if can_stream(kernel):
         knobs.append(Knob("stores", STORES, ordered=False))
+    tiled = transposed_dim(kernel)
+    if tiled is not None and block_reads(kernel, tiled):
+        knobs.append(Knob("transposed_reads", TRANSPOSED_READS, ordered=False))
     if "avx512f" in hardware.capability.split(","):
         knobs.append(Knob("vector_width", VECTOR_WIDTHS))
     tuned = {k.name for k in knobs}

@@ -6,12 +6,26 @@ per element; the next element of each line comes back an outer iteration later, 
 lines have left L1. Looping over TILE x TILE blocks of (the dim that input is contiguous along,
 the innermost dim) reads each of its lines TILE times in a row, while the stores stay
 contiguous runs of TILE elements.
+
+Inside a block, each element of such an input is still its own load (g++ writes the strided
+loads as scalar loads and inserts). With ``CppConfig.transposed_reads`` "registers", a float32
+input contiguous along the block's outer dim is read whole: 16 vector loads of its lines and
+three rounds of shuffles (``ln_transpose16``) fill an array the block's loops then read
+contiguously; blocks cut by the domain's end keep the element loads. Measured (kernel alone, one
+thread): on a 2-core Xeon (AVX-512) ``x.t() + y`` 512 x 512 1.41x, 64 x 4096 1.56x, 2048 x 3001
+1.00x, 1024 x 768 0.86x, and 0.6x where the row stride is not a whole number of lines (1000 x 777:
+each row load spans two); on a Zen 4 EPYC 1.7x (2026-12-06). So "auto" takes registers where
+every such input's row stride is a whole number of 64-byte lines and the CPU has AVX-512, and
+the tuner may choose either way.
 """
 from __future__ import annotations
 
+from ...core.hardware import this_cpu
+from ...ir import dtypes as dt
 from ...ir.expr import Load, walk
 from ...ir.index import as_var, stride_along
 from ...scheduler.kernel import Kernel
+from .params import CppConfig
 
 TILE = 16  # elements a side: one 64-byte line of float32 along the input's contiguous dim
 
@@ -41,3 +55,32 @@ def transposed_dim(kernel: Kernel) -> int | None:
                 if stride_along(flat, v) == 1 and sizes[k] is not None and sizes[k] >= TILE:
                     return k
     return None
+
+
+def block_reads(kernel: Kernel, t: int) -> dict[Load, int]:
+    """The loads of ``kernel`` (tiled along domain dim ``t``) that ``ln_transpose16`` can read a
+    block at a time, each with its row stride: float32 loads contiguous along dim ``t`` and
+    strided by a constant along the innermost dim."""
+    pv = [as_var(v) for v in kernel.pvars()]
+    found: dict[Load, int] = {}
+    for s in kernel.elem_stores:
+        for node in walk(s.value):
+            if not isinstance(node, Load) or node.dtype != dt.float32 or node in found:
+                continue
+            flat = kernel.buffers[node.buffer].layout.flat_index(node.index)
+            stride = stride_along(flat, pv[-1])
+            if stride_along(flat, pv[t]) == 1 and stride is not None and abs(stride) >= TILE:
+                found[node] = stride
+    return found
+
+
+def reads_in_registers(kernel: Kernel, t: int, config: CppConfig) -> dict[Load, int]:
+    """``block_reads`` if ``config`` has them transposed in registers (the module docstring says
+    when "auto" does), else none."""
+    reads = block_reads(kernel, t)
+    if config.transposed_reads == "gather" or not reads:
+        return {}
+    if config.transposed_reads == "registers":
+        return reads
+    whole_lines = all(stride % TILE == 0 for stride in reads.values())
+    return reads if whole_lines and "avx512f" in this_cpu().capability.split(",") else {}
