@@ -53,6 +53,8 @@ def cases(device: str = "cpu") -> dict:
         "sum all bf16 16M": (lambda x: x.float().sum(), (randn(1 << 24, dtype=bf16),)),
         "add transposed 2048x3001": (lambda x, y: x.t() + y, (randn(3001, 2048), randn(2048, 3001))),
         "permute 64x512x300": (lambda x: x.permute(0, 2, 1).contiguous() * 2, (randn(64, 512, 300),)),
+        "add transposed 1024x768": (lambda x, y: x.t() + y, (randn(768, 1024), randn(1024, 768))),
+        "permute 64x512x320": (lambda x: x.permute(0, 2, 1).contiguous() * 2, (randn(64, 512, 320),)),
         "silu strided 4096x8192[:, ::2]": (lambda x: F.silu(x[:, ::2]), (randn(4096, 8192),)),
         "gelu bf16 3000x3001": (lambda x: F.gelu(x), (randn(3000, 3001, dtype=bf16),)),
         "leaky where 5000x3333": (lambda x: torch.where(x > 0, x, 0.1 * x), (randn(5000, 3333),)),

@@ -7,6 +7,7 @@ import loopnest as ln
 from loopnest.backends.cpp.codegen import generate
 from loopnest.backends.cpp.params import CppConfig
 from loopnest.backends.cpp.backend import CppBackend
+from loopnest.backends.cpp import transpose_probe
 from loopnest.backends.cpp.tiling import block_reads, reads_in_registers, transposed_dim
 from loopnest.core.hardware import this_cpu
 from loopnest.scheduler.kernel import signature
@@ -102,7 +103,8 @@ def test_blocks_transposed_in_registers_match_eager(shape, reads):
 
 def test_which_reads_go_through_registers():
     """float32 inputs contiguous along the block's outer dim are read in blocks; "auto" takes them
-    only where every row stride is a whole number of lines and the CPU has AVX-512."""
+    on AVX-512 CPUs where every row stride is a whole number of lines, and for other strides where
+    this CPU's probe found the transpose faster."""
     x, y = ln.placeholder("x", (40, 48), ln.float32), ln.placeholder("y", (48, 40), ln.float32)
     (kernel,) = kernels_of([ln.permute(x, 1, 0) + y], [x, y])
     assert list(block_reads(kernel, 0).values()) == [48]
@@ -112,7 +114,8 @@ def test_which_reads_go_through_registers():
     odd = ln.placeholder("odd", (40, 37), ln.float32)
     (kernel,) = kernels_of([ln.permute(odd, 1, 0) * 2.0], [odd])
     assert list(block_reads(kernel, 0).values()) == [37]
-    assert not reads_in_registers(kernel, 0, CppConfig())
+    split = avx512 and transpose_probe.split_lines_in_registers()
+    assert bool(reads_in_registers(kernel, 0, CppConfig())) == split
     assert reads_in_registers(kernel, 0, CppConfig(transposed_reads="registers"))
     half = ln.placeholder("half", (40, 48), ln.bfloat16)
     (kernel,) = kernels_of([ln.permute(half, 1, 0) * 2.0], [half])
@@ -122,3 +125,31 @@ def test_which_reads_go_through_registers():
 def test_transposed_reads_is_validated():
     with pytest.raises(ValueError, match="transposed_reads"):
         CppConfig(transposed_reads="shuffle")
+
+
+def test_the_transpose_probe_measures_once_and_remeasures_a_bad_record(tmp_path, monkeypatch):
+    """The probe's verdict is measured on the first call per CPU and compiler, written to the cache
+    directory and read back after; a record that is not the probe's is measured again."""
+    monkeypatch.setenv("LOOPNEST_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(transpose_probe, "_measure", lambda: calls.append(1) or (100.0, 50.0))
+    transpose_probe.split_lines_in_registers.cache_clear()
+    try:
+        assert transpose_probe.split_lines_in_registers() and len(calls) == 1
+        (record,) = (tmp_path / "cpp" / "probes").iterdir()
+        transpose_probe.split_lines_in_registers.cache_clear()
+        assert transpose_probe.split_lines_in_registers() and len(calls) == 1  # read back
+        record.write_text('["not", "a record"]')
+        transpose_probe.split_lines_in_registers.cache_clear()
+        assert transpose_probe.split_lines_in_registers() and len(calls) == 2
+        monkeypatch.setattr(transpose_probe, "_measure", lambda: (100.0, 95.0))  # within the margin
+        record.write_text("{}")
+        transpose_probe.split_lines_in_registers.cache_clear()
+        assert not transpose_probe.split_lines_in_registers()
+    finally:
+        transpose_probe.split_lines_in_registers.cache_clear()
+
+
+def test_the_transpose_probe_runs_both_loops():
+    elements_us, registers_us = transpose_probe._measure()
+    assert 0 < elements_us < 1e5 and 0 < registers_us < 1e5

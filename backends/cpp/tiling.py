@@ -14,8 +14,9 @@ three rounds of shuffles (``ln_transpose16``) fill an array the block's loops th
 contiguously; blocks cut by the domain's end keep the element loads. Measured (kernel alone, one
 thread): on a 2-core Xeon (AVX-512) ``x.t() + y`` 512 x 512 1.41x, 64 x 4096 1.56x, 2048 x 3001
 1.00x, 1024 x 768 0.86x, and 0.6x where the row stride is not a whole number of lines (1000 x 777:
-each row load spans two); on a Zen 4 EPYC 1.7x (2026-12-06). So "auto" takes registers where
-every such input's row stride is a whole number of 64-byte lines and the CPU has AVX-512, and
+each row load spans two); on a Zen 4 EPYC 1.4-5.1x whatever the stride (2026-12-07). So "auto"
+takes registers on AVX-512 CPUs where every such input's row stride is a whole number of 64-byte
+lines, and for other strides where this CPU's probe measured them faster (``transpose_probe``);
 the tuner may choose either way.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...ir.expr import Load, walk
 from ...ir.index import as_var, stride_along
 from ...scheduler.kernel import Kernel
 from .params import CppConfig
+from .transpose_probe import split_lines_in_registers
 
 TILE = 16  # elements a side: one 64-byte line of float32 along the input's contiguous dim
 
@@ -82,5 +84,7 @@ def reads_in_registers(kernel: Kernel, t: int, config: CppConfig) -> dict[Load, 
         return {}
     if config.transposed_reads == "registers":
         return reads
+    if "avx512f" not in this_cpu().capability.split(","):
+        return {}
     whole_lines = all(stride % TILE == 0 for stride in reads.values())
-    return reads if whole_lines and "avx512f" in this_cpu().capability.split(",") else {}
+    return reads if whole_lines or split_lines_in_registers() else {}
