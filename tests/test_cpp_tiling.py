@@ -83,22 +83,27 @@ def launch(kernel, config, inputs: dict, out: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("shape", [(64, 48), (512, 80), (1000, 777), (33, 64), (16, 17)])
 @pytest.mark.parametrize("reads", ["registers", "gather", "auto"])
-def test_blocks_transposed_in_registers_match_eager(shape, reads):
+@pytest.mark.parametrize("stores", ["plain", "stream"])
+def test_blocks_transposed_in_registers_match_eager(shape, reads, stores):
     """Whole blocks read the transposed input through ``ln_transpose16``, blocks cut by the
-    domain's end read it element by element: either way the difference is eager's, bit for bit, in every
-    element of a NaN-poisoned output; a second input read along its lines is untouched."""
+    domain's end read it element by element, and whole blocks stream their rows where asked:
+    either way the difference is eager's, bit for bit, in every element of a NaN-poisoned
+    output; a second input read along its lines is untouched."""
     rows, cols = shape
     x, y = ln.placeholder("x", (rows, cols), ln.float32), ln.placeholder("y", (cols, rows), ln.float32)
     (kernel,) = kernels_of([ln.permute(x, 1, 0) - y], [x, y])  # one op: no FMA to contract
-    config = CppConfig(transposed_reads=reads)
+    config = CppConfig(transposed_reads=reads, stores=stores)
     src = generate(kernel, config)
     assert ("ln_transpose16(" in src) == bool(reads_in_registers(kernel, 0, config))
+    assert ("ln_stream_line(" in src) == (stores == "stream")
     if reads == "registers":
         assert "ln_transpose16(" in src
     gen = torch.Generator().manual_seed(rows)
     a, b = torch.randn(rows, cols, generator=gen), torch.randn(cols, rows, generator=gen)
-    got = launch(kernel, config, {"x": a, "y": b}, torch.full((cols, rows), float("nan")))
-    assert torch.equal(got, a.t() - b)
+    for skew in (0, 3):  # an output 3 floats past a line: rows not on lines, stored plainly
+        out = torch.full((cols * rows + skew,), float("nan"))[skew:].view(cols, rows)
+        got = launch(kernel, config, {"x": a, "y": b}, out)
+        assert torch.equal(got, a.t() - b)
 
 
 def test_which_reads_go_through_registers():
