@@ -79,10 +79,15 @@ def test_the_tuner_chooses_the_stores_of_pointwise_kernels_that_fill_the_cache(m
     assert can_stream(kernel)
 
 
-def test_pointwise_stores_along_a_stride_stay_plain():
-    x = ln.placeholder("x", (64, 48), ln.float32)
-    (kernel,) = kernels_of([ln.permute(x, 1, 0) * 2], [x])  # a transposed read or write
-    assert STREAMED not in generate(kernel, STREAM)
+def test_a_tiled_kernel_streams_the_rows_of_whole_blocks_only():
+    """A kernel tiled for a transposed read (``tiling.py``) streams each row of a whole block (one
+    line), fencing once per thread; the blocks the domain cuts keep plain stores; by default
+    ("auto") it does not stream (``pointwise_blocks`` says why)."""
+    x = ln.placeholder("x", (64, 40), ln.float32)
+    (kernel,) = kernels_of([ln.permute(x, 1, 0) * 2], [x])  # 40 x 64: the last row of blocks is cut
+    source = generate(kernel, STREAM)
+    assert source.count("ln_stream_line(") == 1 and source.count("ln_stream_fence();") == 1, source
+    assert "ln_stream_line(" not in generate(kernel, CppConfig())
 
 
 def test_short_rows_that_are_not_whole_lines_keep_plain_stores():
