@@ -239,7 +239,7 @@ template <class T> static inline int64_t ln_line_head(const T* p, int64_t n) {
   return head < n ? head : n;
 }
 // A 16 x 16 block of floats read across its lines, transposed into d: d[16 k + i] = s[k + i *
-// stride] (tiling.py). AVX-512: 16 row loads, three rounds of shuffles, 16 stores; else a copy.
+// stride] (tiling.py). AVX-512: 16 row loads, 64 shuffles in four rounds, 16 stores; else a copy.
 static inline void ln_transpose16(const float* s, int64_t stride, float* d) {
 #if defined(__AVX512F__)
   __m512 r[16], t[16];

@@ -10,7 +10,7 @@ contiguous runs of TILE elements.
 Inside a block, each element of such an input is still its own load (g++ writes the strided
 loads as scalar loads and inserts). With ``CppConfig.transposed_reads`` "registers", a float32
 input contiguous along the block's outer dim is read whole: 16 vector loads of its lines and
-three rounds of shuffles (``ln_transpose16``) fill an array the block's loops then read
+64 shuffles (``ln_transpose16``) fill an array the block's loops then read
 contiguously; blocks cut by the domain's end keep the element loads. Measured (kernel alone, one
 thread): on a 2-core Xeon (AVX-512) ``x.t() + y`` 512 x 512 1.41x, 64 x 4096 1.56x, 2048 x 3001
 1.00x, 1024 x 768 0.86x, and 0.6x where the row stride is not a whole number of lines (1000 x 777:
