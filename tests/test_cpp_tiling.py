@@ -122,9 +122,30 @@ def test_which_reads_go_through_registers():
     split = avx512 and transpose_probe.split_lines_in_registers()
     assert bool(reads_in_registers(kernel, 0, CppConfig())) == split
     assert reads_in_registers(kernel, 0, CppConfig(transposed_reads="registers"))
-    half = ln.placeholder("half", (40, 48), ln.bfloat16)
+    half = ln.placeholder("half", (40, 56), ln.bfloat16)  # 112-byte rows: not whole lines
     (kernel,) = kernels_of([ln.permute(half, 1, 0) * 2.0], [half])
-    assert transposed_dim(kernel) == 0 and not block_reads(kernel, 0)
+    assert transposed_dim(kernel) == 0 and list(block_reads(kernel, 0).values()) == [56]
+    assert bool(reads_in_registers(kernel, 0, CppConfig())) == split
+    wide = ln.placeholder("wide", (40, 64), ln.float16)
+    (kernel,) = kernels_of([ln.permute(wide, 1, 0) * 2.0], [wide])
+    assert bool(reads_in_registers(kernel, 0, CppConfig())) == avx512
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reads", ["registers", "gather"])
+def test_half_inputs_transposed_in_registers_match_eager(dtype, reads):
+    """16-bit inputs are widened as their rows load, then transposed as floats: the result rounds
+    as eager's, bit for bit, whole blocks and cut ones alike."""
+    rows, cols = 70, 96
+    ir = {torch.bfloat16: ln.bfloat16, torch.float16: ln.float16}[dtype]
+    x, y = ln.placeholder("x", (rows, cols), ir), ln.placeholder("y", (cols, rows), ir)
+    (kernel,) = kernels_of([ln.permute(x, 1, 0) - y], [x, y])
+    config = CppConfig(transposed_reads=reads)
+    assert ("ln_transpose16_" in generate(kernel, config)) == (reads == "registers")
+    gen = torch.Generator().manual_seed(7)
+    a, b = torch.randn(rows, cols, generator=gen).to(dtype), torch.randn(cols, rows, generator=gen).to(dtype)
+    got = launch(kernel, config, {"x": a, "y": b}, torch.full((cols, rows), float("nan"), dtype=dtype))
+    assert torch.equal(got, a.t() - b)
 
 
 def test_transposed_reads_is_validated():
@@ -158,3 +179,18 @@ def test_the_transpose_probe_measures_once_and_remeasures_a_bad_record(tmp_path,
 def test_the_transpose_probe_runs_both_loops():
     elements_us, registers_us = transpose_probe._measure()
     assert 0 < elements_us < 1e5 and 0 < registers_us < 1e5
+
+
+def test_a_probe_that_cannot_build_keeps_element_loads(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("LOOPNEST_CACHE_DIR", str(tmp_path))
+
+    def broken():
+        raise transpose_probe.cc.CompileError("g++ failed on the probe")
+    monkeypatch.setattr(transpose_probe, "_measure", broken)
+    transpose_probe.split_lines_in_registers.cache_clear()
+    try:
+        assert not transpose_probe.split_lines_in_registers()
+        assert "transpose probe did not run" in caplog.text
+        assert not (tmp_path / "cpp" / "probes").exists() or not any((tmp_path / "cpp" / "probes").iterdir())
+    finally:
+        transpose_probe.split_lines_in_registers.cache_clear()

@@ -31,7 +31,7 @@ from .reuse import reuse_stored_values
 from .split_rows import PARTIALS_BYTES, column_state_bytes, splits_rows, write_split_rows
 from .streaming import (line_lanes, pointwise_streams, stream_types, streamed_pass, wants_next_row_prefetch,
                         wants_streaming)
-from .tiling import TILE, reads_in_registers, transposed_dim
+from .tiling import TILE, TRANSPOSES, reads_in_registers, transposed_dim
 from .two_pass import two_pass_welford
 
 
@@ -669,7 +669,7 @@ class KernelWriter:
                 arrays[load] = array = f"lnt{next(self.names)}"
                 corner = self.emitter(indent + "  ", {}).offset(load.buffer, self.at_block_corner(load.index, t))
                 self.out(indent + "  ", f"alignas(64) float {array}[{TILE * TILE}];",
-                         f"ln_transpose16(&{mangle(BUFFER, load.buffer)}[({corner}) + {tv}_0 + {iv}_0 * {stride}], "
+                         f"{TRANSPOSES[load.dtype]}(&{mangle(BUFFER, load.buffer)}[({corner}) + {tv}_0 + {iv}_0 * {stride}], "
                          f"{stride}, {array});")
             self.block_loops(indent + "  ", tv, iv, f"{tv}_0 + {TILE}", f"{iv}_0 + {TILE}",
                              {load: f"{a}[({tv} - {tv}_0) * {TILE} + ({iv} - {iv}_0)]" for load, a in arrays.items()},

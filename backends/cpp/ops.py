@@ -238,35 +238,6 @@ template <class T> static inline int64_t ln_line_head(const T* p, int64_t n) {
   int64_t head = (int64_t)(((64 - (a & 63)) & 63) / sizeof(T));
   return head < n ? head : n;
 }
-// A 16 x 16 block of floats read across its lines, transposed into d: d[16 k + i] = s[k + i *
-// stride] (tiling.py). AVX-512: 16 row loads, 64 shuffles in four rounds, 16 stores; else a copy.
-static inline void ln_transpose16(const float* s, int64_t stride, float* d) {
-#if defined(__AVX512F__)
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * stride);
-  for (int i = 0; i < 16; i += 2) {  // rows i, i + 1 interleaved, within each 128-bit lane
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // lane l of r[i + j]: rows i..i+3 at column 4 l + j
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-  }
-  for (int j = 0; j < 4; ++j) {  // gather lane l of the four row groups: column 4 l + j
-    __m512 lo01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), lo23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
-    __m512 hi01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xee), hi23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xee);
-    _mm512_store_ps(d + 16 * j, _mm512_shuffle_f32x4(lo01, lo23, 0x88));
-    _mm512_store_ps(d + 16 * (4 + j), _mm512_shuffle_f32x4(lo01, lo23, 0xdd));
-    _mm512_store_ps(d + 16 * (8 + j), _mm512_shuffle_f32x4(hi01, hi23, 0x88));
-    _mm512_store_ps(d + 16 * (12 + j), _mm512_shuffle_f32x4(hi01, hi23, 0xdd));
-  }
-#else
-  for (int k = 0; k < 16; ++k)
-    for (int i = 0; i < 16; ++i) d[16 * k + i] = s[k + i * stride];
-#endif
-}
 static inline void ln_stream_fence() {
 #ifdef __AVX__
   _mm_sfence();
@@ -389,6 +360,63 @@ template <int W, int N> static inline void ln_f_to_bf16s(const float* s, uint16_
   }
 #endif
   for (int i = 0; i < N; ++i) d[i] = ln_f_to_bf16(s[i]);
+}
+// A 16 x 16 block read across its lines, transposed into floats d: d[16 k + i] = s[k + i *
+// stride] (tiling.py), from float32, bfloat16 or float16. AVX-512: 16 row loads (halves widened
+// to floats), 64 shuffles in four rounds, 16 stores; else element by element.
+#if defined(__AVX512F__)
+static inline void ln_transpose16_rows(__m512* r, float* d) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  // rows i, i + 1 interleaved, within each 128-bit lane
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane l of r[i + j]: rows i..i+3 at column 4 l + j
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int j = 0; j < 4; ++j) {  // gather lane l of the four row groups: column 4 l + j
+    __m512 lo01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), lo23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
+    __m512 hi01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xee), hi23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xee);
+    _mm512_store_ps(d + 16 * j, _mm512_shuffle_f32x4(lo01, lo23, 0x88));
+    _mm512_store_ps(d + 16 * (4 + j), _mm512_shuffle_f32x4(lo01, lo23, 0xdd));
+    _mm512_store_ps(d + 16 * (8 + j), _mm512_shuffle_f32x4(hi01, hi23, 0x88));
+    _mm512_store_ps(d + 16 * (12 + j), _mm512_shuffle_f32x4(hi01, hi23, 0xdd));
+  }
+}
+#endif
+static inline void ln_transpose16(const float* s, int64_t stride, float* d) {
+#if defined(__AVX512F__)
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * stride);
+  ln_transpose16_rows(r, d);
+#else
+  for (int k = 0; k < 16; ++k)
+    for (int i = 0; i < 16; ++i) d[16 * k + i] = s[k + i * stride];
+#endif
+}
+static inline void ln_transpose16_bf16(const uint16_t* s, int64_t stride, float* d) {
+#if defined(__AVX512F__)
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(s + i * stride))), 16));
+  ln_transpose16_rows(r, d);
+#else
+  for (int k = 0; k < 16; ++k)
+    for (int i = 0; i < 16; ++i) d[16 * k + i] = ln_bf16_to_f(s[k + i * stride]);
+#endif
+}
+static inline void ln_transpose16_f16(const uint16_t* s, int64_t stride, float* d) {
+#if defined(__AVX512F__)
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s + i * stride)));
+  ln_transpose16_rows(r, d);
+#else
+  for (int k = 0; k < 16; ++k)
+    for (int i = 0; i < 16; ++i) d[16 * k + i] = ln_f16_to_f(s[k + i * stride]);
+#endif
 }
 template <class T> static inline T ln_maximum(T a, T b) { return ((a != a) | (a > b)) ? a : b; }
 template <class T> static inline T ln_minimum(T a, T b) { return ((a != a) | (a < b)) ? a : b; }

@@ -8,13 +8,14 @@ the innermost dim) reads each of its lines TILE times in a row, while the stores
 contiguous runs of TILE elements.
 
 Inside a block, each element of such an input is still its own load (g++ writes the strided
-loads as scalar loads and inserts). With ``CppConfig.transposed_reads`` "registers", a float32
-input contiguous along the block's outer dim is read whole: 16 vector loads of its lines and
-64 shuffles (``ln_transpose16``) fill an array the block's loops then read
-contiguously; blocks cut by the domain's end keep the element loads. Measured (kernel alone, one
-thread): on a 2-core Xeon (AVX-512) ``x.t() + y`` 512 x 512 1.41x, 64 x 4096 1.56x, 2048 x 3001
-1.00x, 1024 x 768 0.86x, and 0.6x where the row stride is not a whole number of lines (1000 x 777:
-each row load spans two); on a Zen 4 EPYC 1.4-5.1x whatever the stride (2026-12-07). So "auto"
+loads as scalar loads and inserts). With ``CppConfig.transposed_reads`` "registers", an input
+contiguous along the block's outer dim (float32; bfloat16 and float16 widened as loaded) is read
+whole: 16 vector loads of its lines and 64 shuffles (``ln_transpose16``) fill a float array the
+block's loops then read contiguously; blocks cut by the domain's end keep the element loads.
+Measured (kernel alone, one thread): on a 2-core Xeon (AVX-512) ``x.t() + y`` 512 x 512 1.41x,
+64 x 4096 1.56x, 2048 x 3001 1.00x, 1024 x 768 0.86x, and 0.6x where the row stride is not a
+whole number of lines (1000 x 777: each row load spans two); on a Zen 4 EPYC 1.4-5.1x whatever
+the stride (2026-12-07; two threads, float32). So "auto"
 takes registers on AVX-512 CPUs where every such input's row stride is a whole number of 64-byte
 lines, and for other strides where this CPU's probe measured them faster (``transpose_probe``);
 the tuner may choose either way.
@@ -30,6 +31,7 @@ from .params import CppConfig
 from .transpose_probe import split_lines_in_registers
 
 TILE = 16  # elements a side: one 64-byte line of float32 along the input's contiguous dim
+LINE_BYTES = 64
 
 
 def transposed_dim(kernel: Kernel) -> int | None:
@@ -59,15 +61,18 @@ def transposed_dim(kernel: Kernel) -> int | None:
     return None
 
 
+TRANSPOSES = {dt.float32: "ln_transpose16", dt.bfloat16: "ln_transpose16_bf16", dt.float16: "ln_transpose16_f16"}
+
+
 def block_reads(kernel: Kernel, t: int) -> dict[Load, int]:
-    """The loads of ``kernel`` (tiled along domain dim ``t``) that ``ln_transpose16`` can read a
-    block at a time, each with its row stride: float32 loads contiguous along dim ``t`` and
-    strided by a constant along the innermost dim."""
+    """The loads of ``kernel`` (tiled along domain dim ``t``) that ``ln_transpose16`` (or its
+    16-bit variants, ``TRANSPOSES``) can read a block at a time, each with its row stride, in
+    elements: loads contiguous along dim ``t`` and strided by a constant along the innermost dim."""
     pv = [as_var(v) for v in kernel.pvars()]
     found: dict[Load, int] = {}
     for s in kernel.elem_stores:
         for node in walk(s.value):
-            if not isinstance(node, Load) or node.dtype != dt.float32 or node in found:
+            if not isinstance(node, Load) or node.dtype not in TRANSPOSES or node in found:
                 continue
             flat = kernel.buffers[node.buffer].layout.flat_index(node.index)
             stride = stride_along(flat, pv[-1])
@@ -86,5 +91,5 @@ def reads_in_registers(kernel: Kernel, t: int, config: CppConfig) -> dict[Load, 
         return reads
     if "avx512f" not in this_cpu().capability.split(","):
         return {}
-    whole_lines = all(stride % TILE == 0 for stride in reads.values())
+    whole_lines = all(stride * load.dtype.itemsize % LINE_BYTES == 0 for load, stride in reads.items())
     return reads if whole_lines or split_lines_in_registers() else {}

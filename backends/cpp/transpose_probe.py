@@ -59,7 +59,8 @@ extern "C" void probe_registers(const float* __restrict__ x, float* __restrict__
 def split_lines_in_registers() -> bool:
     """True if this CPU transposes blocks of split-line rows faster in registers (by ``MARGIN``);
     measured on the first call per CPU and compiler, then read back from the cache directory
-    (a record that does not parse as one is measured again)."""
+    (a record that does not parse as one is measured again). False, with a warning, where the
+    probe cannot be built or run."""
     cxx = settings.current().cxx
     key = hashlib.sha256("\0".join((SOURCE, PRELUDE, " ".join(cc.flags()), compiler_version(cxx) or "",
                                     this_cpu().name, this_cpu().capability)).encode()).hexdigest()
@@ -71,7 +72,11 @@ def split_lines_in_registers() -> bool:
         log.warning("loopnest: transpose probe record %s is malformed; measuring again", path)
     except (OSError, ValueError, AttributeError):
         pass
-    elements_us, registers_us = _measure()
+    try:
+        elements_us, registers_us = _measure()
+    except (cc.CompileError, OSError) as e:  # no verdict: the element loads, which always work
+        log.warning("loopnest: the transpose probe did not run (%s); split-line transposes keep element loads", e)
+        return False
     atomic_write(path, json.dumps({"elements_us": elements_us, "registers_us": registers_us}) + "\n")
     return registers_us <= MARGIN * elements_us
 
