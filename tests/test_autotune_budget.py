@@ -121,7 +121,7 @@ def test_a_rerun_after_ctrl_c_measures_the_interrupted_config_once(db_url, tmp_p
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, (proc.returncode, err[-3000:])
     with TuningDB(db_url) as db:
         (cut,) = [t for t in db.trials() if t.message and t.message.startswith("interrupted")]
         before = {t.id for t in db.trials()}
