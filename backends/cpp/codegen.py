@@ -667,7 +667,7 @@ class KernelWriter:
             arrays = {}
             for load, stride in reads.items():
                 arrays[load] = array = f"lnt{next(self.names)}"
-                corner = self.emitter(indent + "  ", {}).offset(load.buffer, self.at_block_corner(load.index, t))
+                corner = self.emitter(indent + "  ", {}).offset(load.buffer, self.at_zero(load.index, pv[t], pv[-1]))
                 self.out(indent + "  ", f"alignas(64) float {array}[{TILE * TILE}];",
                          f"{TRANSPOSES[load.dtype]}(&{mangle(BUFFER, load.buffer)}[({corner}) + {tv}_0 + {iv}_0 * {stride}], "
                          f"{stride}, {array});")
@@ -683,10 +683,10 @@ class KernelWriter:
         if region is not None:
             self.close_region(region)
 
-    def at_block_corner(self, index: tuple[Index, ...], t: int) -> tuple[Index, ...]:
-        """``index`` with the block's two dims (dim ``t`` and the innermost) at 0."""
-        pv = self.k.pvars()
-        return tuple(i.subs({as_var(pv[t]): Index.of(0), as_var(pv[-1]): Index.of(0)}) for i in index)
+    @staticmethod
+    def at_zero(index: tuple[Index, ...], *dims) -> tuple[Index, ...]:
+        """``index`` with the domain variables ``dims`` at 0 (a block's corner, a row's start)."""
+        return tuple(i.subs({as_var(v): Index.of(0) for v in dims}) for i in index)
 
     def block_loops(self, indent: str, tv: str, iv: str, t_end: str, i_end: str,
                     given: dict | None = None, stream: bool = False) -> None:
@@ -696,11 +696,8 @@ class KernelWriter:
         pv = self.k.pvars()
         self.out(indent, f"for (int64_t {tv} = {tv}_0; {tv} < {t_end}; ++{tv}) {{")
         inner = indent + "  "
-        values = [s.value for s in self.k.elem_stores]
-        pre = self.hoisted(inner, {}, values, pv[-1:])
-        if given or stream:
-            pre = pre if pre is not None else self.emitter(inner, {})
-            pre.cache.update(given or {})
+        pre = self.hoisted(inner, {}, [s.value for s in self.k.elem_stores], pv[-1:])
+        pre.cache.update(given or {})
         staged = {}
         if stream:
             for st in self.k.elem_stores:
@@ -715,7 +712,7 @@ class KernelWriter:
         self.out(inner, "}")
         self.finish_deferred(deferred, pragma_at, inner)
         for st, array in staged.items():
-            at = self.emitter(inner, {}).offset(st.buffer, tuple(i.subs({as_var(pv[-1]): Index.of(0)}) for i in st.index))
+            at = self.emitter(inner, {}).offset(st.buffer, self.at_zero(st.index, pv[-1]))
             self.out(inner, f"ln_stream_line(&{mangle(BUFFER, st.buffer)}[({at}) + {iv}_0], {array});")
         self.out(indent, "}")
 
