@@ -47,7 +47,8 @@ class LoweredGraph:
         self.program = program
         self.compiled = compiled
         self.stats = stats
-        self._carrier = torch.empty(1, device=compiled.device) if program.carriers else None
+        with unset_fake_temporarily():  # a real tensor, though built while Dynamo traces
+            self._carrier = torch.empty(1, device=compiled.device) if program.carriers else None
         self._direct = _direct_outputs(program, compiled.device)
         self._entries: list = []  # call plans written out as functions (fast_call), newest last
         self._written: list = []  # the plans behind them (a plan that cannot be written counts)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..backends.base import Artifact, Backend, Launcher
 from ..backends.tensor_helpers import allocator as _allocator, device_flag, reinterpret_tensor as _reinterpret_tensor
@@ -17,6 +18,7 @@ from ..ir.nodes import Buffer, BufferRef, Extern, Layout
 from ..scheduler import Schedule
 from ..scheduler.kernel import Kernel
 from . import fast_call
+from .fast_call import PLAIN_TENSORS
 
 
 class InputError(TypeError):
@@ -34,12 +36,26 @@ def check_tensor(name: str, value, dtype: torch.dtype | None = None, rank: int |
     """``value`` if it is a tensor of ``dtype`` and ``rank`` (when given), else InputError."""
     if not isinstance(value, torch.Tensor):
         raise InputError(f"argument {name!r} must be a torch.Tensor, got {type(value).__name__}")
+    if type(value) not in PLAIN_TENSORS and _holds_no_data(value):
+        raise InputError(f"argument {name!r} is a {type(value).__name__} without data (a fake or meta "
+                         "tensor): a compiled graph runs on real tensors; call it outside FakeTensorMode")
     if dtype is not None and value.dtype != dtype:
         raise InputError(f"argument {name!r} must have dtype {dtype}, got {value.dtype}")
     if rank is not None and value.dim() != rank:
         raise InputError(f"argument {name!r} must have rank {rank}{f' (shape {shape})' if shape else ''}, "
                          f"got shape {tuple(value.shape)}")
     return value
+
+
+def _holds_no_data(t: torch.Tensor) -> bool:
+    """Whether tensor subclass ``t`` has no memory a kernel could read (FakeTensor, functional
+    wrappers of one, subclasses without storage): its data pointer would be null or raise."""
+    if is_fake(t):
+        return True
+    try:
+        return t.numel() > 0 and t.untyped_storage().data_ptr() == 0
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 @dataclass(frozen=True)
@@ -142,7 +158,7 @@ class CompiledGraph:
     def _accepts(self, args: Sequence[torch.Tensor]) -> bool:
         flag = self._device_flag
         for a, dtype in zip(args, self._dtypes):
-            if a.dtype is not dtype or not getattr(a, flag):
+            if a.dtype is not dtype or not getattr(a, flag) or type(a) not in PLAIN_TENSORS:
                 return False
         return True
 

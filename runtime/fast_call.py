@@ -22,6 +22,9 @@ import torch
 from ..backends.tensor_helpers import device_flag, reinterpret_tensor
 
 
+PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))  # types whose data a kernel reads as is
+
+
 class _Miss:
     """What an entry returns when its arguments are not the ones it was written for."""
 
@@ -42,7 +45,8 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     a step has neither a positional form nor known results."""
     names: dict[str, str] = {}  # buffer name -> local variable
     scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty,
-                                "Tensor": torch.Tensor}
+                                "Tensor": torch.Tensor,
+                                "PLAIN": PLAIN_TENSORS}
     lines, checks = [], []
     on_device = device_flag(plan.device)
 
@@ -59,8 +63,8 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         if k < len(positions):
             lines.append(f"{var} = args[{positions[k]}]")
             dtype = bind(plan.input_dtypes[k], "d")
-            checks.append(f"{var}.shape == {plan.input_shapes[k]!r} and {var}.dtype is {dtype} and "
-                          f"{var}.{on_device} and {var}.is_contiguous()")
+            checks.append(f"type({var}) in PLAIN and {var}.shape == {plan.input_shapes[k]!r} and "
+                          f"{var}.dtype is {dtype} and {var}.{on_device} and {var}.is_contiguous()")
         else:
             lines.append(f"{var} = {bind(constants[k - len(positions)], 'c')}")
     if checks:

@@ -50,6 +50,29 @@ def test_call_time_errors():
         f([1, 2], torch.randn(2))
 
 
+@pytest.mark.parametrize("entry", ["dsl", "compile_fx"])
+def test_fake_tensors_raise_instead_of_crashing(entry):
+    """A FakeTensor has the right shape, dtype and device but no memory: a kernel given its null
+    pointer would crash the process, so every call path (first call, kept plan, written entry)
+    refuses it, also after real calls have made those paths fast."""
+    from torch._subclasses import FakeTensorMode
+    if entry == "dsl":
+        x = ln.placeholder("x", (4, 8), ln.float32)
+        f = ln.compile(x * 2)
+    else:
+        f = ln.compile_fx(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(4, 8)], backend="cpp")
+    with FakeTensorMode():
+        fake = torch.randn(4, 8)
+    with pytest.raises(ln.InputError, match="FakeTensor without data"):
+        f(fake)
+    real = torch.randn(4, 8)
+    for _ in range(3):
+        torch.testing.assert_close(f(real), real * 2)
+        torch.testing.assert_close(f(torch.nn.Parameter(real)), real * 2, check_stride=False)
+    with pytest.raises(ln.InputError, match="FakeTensor without data"):
+        f(fake)
+
+
 def test_overlapping_strides_are_rejected():
     x = ln.placeholder("x", (3, 4), ln.float32)
     f = ln.compile(x + 1)
