@@ -37,7 +37,7 @@ def compile_fx(gm, example_inputs: Sequence | None, options: CompileOptions):
     flat = list(codegen.process_inputs(*example_inputs))
     compiler = AtenCompiler(options, options.backend_for(flat))
     if not is_aten_graph(gm):
-        return compiler.aot(gm, flat)
+        return _compile_torch_level(gm, flat, compiler)
     if needs_retrace(gm):
         gm = retrace(gm, flat)
     return FxCallable(compiler.compile(gm, "fx"), codegen)
@@ -53,6 +53,37 @@ class FxCallable:
     def __call__(self, *args):
         out = self.lowered.run(list(self.codegen.process_inputs(*args)))
         return self.codegen.process_outputs(out)
+
+
+def _compile_torch_level(gm: torch.fx.GraphModule, flat: list, compiler: AtenCompiler):
+    """A torch-level graph through AOTAutograd, which takes a flat argument list and returns a
+    flat tuple: Dynamo's graphs are so already; another (``symbolic_trace``, one tensor or a
+    nested structure returned, pytree inputs) is compiled with its output flattened and called
+    with its own convention."""
+    out_node = gm.graph.output_node()
+    leaves, spec = pytree.tree_flatten(out_node.args[0])
+    if type(gm.graph._codegen) is torch.fx.graph.CodeGen and isinstance(out_node.args[0], tuple) \
+            and spec == pytree.tree_flatten(tuple(leaves))[1]:
+        return compiler.aot(gm, flat)  # already AOTAutograd's convention: Dynamo's graphs
+    flat_gm = torch.fx.GraphModule(gm, _flat_graph(gm, leaves))
+    compiled = compiler.aot(flat_gm, flat)
+    codegen = gm.graph._codegen
+
+    def call(*args):
+        return codegen.process_outputs(pytree.tree_unflatten(list(compiled(*codegen.process_inputs(*args))), spec))
+    return call
+
+
+def _flat_graph(gm: torch.fx.GraphModule, leaves: list) -> torch.fx.Graph:
+    """``gm``'s graph taking flat placeholders and returning ``tuple(leaves)``."""
+    graph = torch.fx.Graph()
+    remap: dict = {}
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            graph.output(tuple(remap[leaf] if isinstance(leaf, torch.fx.Node) else leaf for leaf in leaves))
+        else:
+            remap[node] = graph.node_copy(node, lambda n: remap[n])
+    return graph
 
 
 def is_aten_graph(gm: torch.fx.GraphModule) -> bool:

@@ -36,6 +36,9 @@ def check_tensor(name: str, value, dtype: torch.dtype | None = None, rank: int |
     """``value`` if it is a tensor of ``dtype`` and ``rank`` (when given), else InputError."""
     if not isinstance(value, torch.Tensor):
         raise InputError(f"argument {name!r} must be a torch.Tensor, got {type(value).__name__}")
+    if value.layout is not torch.strided:
+        raise InputError(f"argument {name!r} is a {value.layout} tensor: compiled graphs read strided "
+                         "memory; pass value.to_dense()")
     if type(value) not in PLAIN_TENSORS and _holds_no_data(value):
         raise InputError(f"argument {name!r} is a {type(value).__name__} without data (a fake or meta "
                          "tensor): a compiled graph runs on real tensors; call it outside FakeTensorMode")
@@ -56,6 +59,16 @@ def _holds_no_data(t: torch.Tensor) -> bool:
         return t.numel() > 0 and t.untyped_storage().data_ptr() == 0
     except (RuntimeError, NotImplementedError):
         return True
+
+
+def _negation_resolved(t: torch.Tensor) -> torch.Tensor:
+    """A lazily negated view (``z.conj().imag``: its memory holds minus its values) as a tensor
+    of the same strides holding its values: kernels read memory, and the graph was compiled for
+    those strides."""
+    resolved = t.resolve_neg()
+    if resolved.stride() == t.stride():
+        return resolved
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(resolved)
 
 
 @dataclass(frozen=True)
@@ -144,7 +157,11 @@ class CompiledGraph:
         except AttributeError:  # not a tensor: check_inputs says which
             key = plan = None
         if plan is None or not self._accepts(args):
-            plan = self.plan(self.check_inputs(args))
+            env = self.check_inputs(args)
+            args = tuple(_negation_resolved(a) if a.is_neg() else a for a in args)
+            if plan is not None:
+                return plan.run(args, self.poison)
+            plan = self.plan(env)
             if len(self._plans) >= MAX_PLANS:  # dynamic shapes seen at many sizes: start over
                 self._plans.clear()
                 self.tuning = {k: d for k, d in self.tuning.items() if "@" not in k}
@@ -158,7 +175,7 @@ class CompiledGraph:
     def _accepts(self, args: Sequence[torch.Tensor]) -> bool:
         flag = self._device_flag
         for a, dtype in zip(args, self._dtypes):
-            if a.dtype is not dtype or not getattr(a, flag) or type(a) not in PLAIN_TENSORS:
+            if a.dtype is not dtype or not getattr(a, flag) or type(a) not in PLAIN_TENSORS or a.is_neg():
                 return False
         return True
 

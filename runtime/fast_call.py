@@ -64,7 +64,8 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
             lines.append(f"{var} = args[{positions[k]}]")
             dtype = bind(plan.input_dtypes[k], "d")
             checks.append(f"type({var}) in PLAIN and {var}.shape == {plan.input_shapes[k]!r} and "
-                          f"{var}.dtype is {dtype} and {var}.{on_device} and {var}.is_contiguous()")
+                          f"{var}.dtype is {dtype} and {var}.{on_device} and {var}.is_contiguous() and "
+                          f"not {var}.is_neg()")
         else:
             lines.append(f"{var} = {bind(constants[k - len(positions)], 'c')}")
     if checks:

@@ -73,6 +73,31 @@ def test_fake_tensors_raise_instead_of_crashing(entry):
         f(fake)
 
 
+def test_lazily_negated_views_are_read_as_their_values():
+    """``z.conj().imag`` and ``torch._neg_view`` hold minus their values in memory (the negative
+    bit): every call path reads them as the values they stand for, in their own strides."""
+    x = ln.placeholder("x", ("N", 8), ln.float32)
+    dsl = ln.compile(ln.sum(x * 2, 1))
+    fx = ln.compile_fx(torch.fx.symbolic_trace(lambda x: (x * 2).sum(-1)), [torch.randn(4, 8)], backend="cpp")
+    strided = torch.randn(4, 8, dtype=torch.complex64).conj().imag
+    contiguous = torch._neg_view(torch.randn(4, 8))
+    assert strided.is_neg() and contiguous.is_neg() and contiguous.is_contiguous()
+    for f in (dsl, fx):
+        for t in (strided, contiguous, strided, contiguous):  # first calls, then kept plans
+            torch.testing.assert_close(f(t), (t.resolve_neg() * 2).sum(-1))
+            plain = torch.randn(4, 8)
+            torch.testing.assert_close(f(plain), (plain * 2).sum(-1))
+
+
+@pytest.mark.parametrize("layout", ["sparse", "sparse_csr", "mkldnn"])
+def test_non_strided_layouts_raise(layout):
+    x = ln.placeholder("x", (4, 8), ln.float32)
+    f = ln.compile(x * 2)
+    t = getattr(torch.randn(4, 8), f"to_{layout}")()
+    with pytest.raises(ln.InputError, match="to_dense"):
+        f(t)
+
+
 def test_overlapping_strides_are_rejected():
     x = ln.placeholder("x", (3, 4), ln.float32)
     f = ln.compile(x + 1)

@@ -174,6 +174,24 @@ def test_inplace_ops_and_input_mutation_via_functionalization():
     torch.testing.assert_close((x1, y1), (x2, y2))
 
 
+def test_torch_level_graphs_keep_their_own_calling_convention():
+    """A ``symbolic_trace`` graph (torch-level, not Dynamo's) goes through AOTAutograd, which
+    takes flat arguments and returns a flat tuple: one tensor, a dict and pytree inputs come back
+    as the GraphModule returns them."""
+    x, y = torch.randn(4, 8), torch.randn(8)
+    one = torch.fx.symbolic_trace(lambda x: (x * 2).sum(-1))
+    torch.testing.assert_close(ln.compile_fx(one, [x], backend="cpp")(x), one(x))
+
+    class Nested(torch.nn.Module):
+        def forward(self, pair):
+            a, b = pair
+            return {"sum": (a + b).relu(), "parts": [a.exp(), b]}
+    nested = torch.fx.symbolic_trace(Nested(), concrete_args={"pair": (torch.fx.PH, torch.fx.PH)})
+    got = ln.compile_fx(nested, [(x, y)], backend="cpp")((x, y))
+    torch.testing.assert_close(got, Nested()((x, y)))
+    assert isinstance(got, dict) and isinstance(got["parts"], list)
+
+
 def test_exported_program_binds_parameters_and_buffers():
     m = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.Tanh())
     m.train()
