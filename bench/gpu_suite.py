@@ -235,7 +235,14 @@ def main() -> None:
             fn(*w.inputs("gpu", "cuda"))
         print_warm(warm_start(opts.workloads))
         return
-    results = [run(n, opts.tuned, opts.copy_gbs, size, device) for n in opts.workloads]
+    results = []
+    for name in opts.workloads:  # each row reported and saved as it ends: a run cut short keeps its rows
+        results.append(run(name, opts.tuned, opts.copy_gbs, size, device))
+        r = results[-1]
+        print(f"row {name}: " + ", ".join(f"{c} {ms:.3f} ms ({r['frac'].get(c, float('nan')):.2f})"
+                                          for c, ms in r["ms"].items()), flush=True)
+        if opts.json:
+            save_json(opts.json, dev, results, {})
     warm = {} if opts.smoke or opts.no_warm else warm_start(opts.workloads)
     cols = list(dict.fromkeys(c for r in results for c in r["ms"]))  # training rows have no loopnest_cg
     nan = float("nan")
@@ -261,8 +268,13 @@ def main() -> None:
                 geo = statistics.geometric_mean([r["ms"][ref] / r["ms"][ours] for r in results])
                 print(f"geomean {ref}/{ours}: {geo:.3f}")
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"device": dev, "results": results, "warm": warm}, f, indent=1)
+        save_json(opts.json, dev, results, warm)
+
+
+def save_json(path: str, device: str, results: list, warm: dict) -> None:
+    """The results so far, written whole to ``path``."""
+    with open(path, "w") as f:
+        json.dump({"device": device, "results": results, "warm": warm}, f, indent=1)
 
 
 if __name__ == "__main__":
