@@ -5,7 +5,6 @@ import ctypes
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from ...core import settings
 from ...core.counters import counters
 from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
-from . import pch, pymodule
+from . import linker, pch, pymodule
 from .ops import PREBUILT_MARK, has_libmvec, vecmath_instantiations
 
 log = logging.getLogger("loopnest")
@@ -33,18 +32,16 @@ log = logging.getLogger("loopnest")
 # math call whose value only one arm of a select reads where the code computes it: sunk into
 # that arm it is a branch with a call, which g++ does not if-convert, and the loop stays scalar
 # (a KL divergence's ``where(p == 0, 0, p * log(p))``, an ELU's ``where(x > 0, x, expm1(x))``).
-# -fuse-ld=gold where binutils has it: a kernel library links in 0.03 s with gold against 0.05-0.06
-# s with ld.bfd (g++ 12, Zen 4 host, 2026-12-07), a fifth of a one-kernel graph's build.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
          "-fno-trapping-math", "-fno-tree-pre", "-fno-tree-sink", "-fwrapv") + (
-    ("-lmvec",) if has_libmvec() else ()) + (("-fuse-ld=gold",) if shutil.which("ld.gold") else ())
+    ("-lmvec",) if has_libmvec() else ())
 
 
 def flags() -> tuple[str, ...]:
-    """``FLAGS``, plus CPython's headers where they exist (libraries are extension modules there,
-    ``pymodule.py``)."""
+    """``FLAGS``, gold where the compiler links with it (``linker.py``), plus CPython's headers
+    where they exist (libraries are extension modules there, ``pymodule.py``)."""
     include = pymodule.include_dir()
-    return FLAGS + ((f"-I{include}",) if include else ())
+    return FLAGS + linker.link_flags(settings.current().cxx) + ((f"-I{include}",) if include else ())
 
 
 class CompileError(RuntimeError):
