@@ -50,10 +50,11 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra: str) -> str | Non
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def plain_inputs(gm: torch.fx.GraphModule, example_inputs, sizes: bool = False) -> bool:
+def plain_inputs(gm: torch.fx.GraphModule, example_inputs, sizes: bool = False, grads: bool = False) -> bool:
     """True when Dynamo's ``gm`` holds no parameters, buffers or submodules and every input is a
     strided tensor needing no gradient (under grad mode; else AOTAutograd makes forward and
-    backward graphs), or with ``sizes`` also a SymInt: the inputs AOTAutograd hands on as they are."""
+    backward graphs; ``grads`` allows them), or with ``sizes`` also a SymInt: the inputs
+    AOTAutograd hands on as they are."""
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         return False
     if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
@@ -64,7 +65,7 @@ def plain_inputs(gm: torch.fx.GraphModule, example_inputs, sizes: bool = False) 
             continue
         if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_nested or x.layout != torch.strided:
             return False
-        if grad and x.requires_grad:
+        if grad and x.requires_grad and not grads:
             return False
     return True
 
@@ -126,23 +127,33 @@ def store(key: str, gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int)
     return True
 
 
-def plain_inference(gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int) -> bool:
-    """True if AOTAutograd's metadata of the graph being compiled shows nothing its runtime
-    wrapper would have to do around ``gm``: no mutation, aliasing, tokens or subclasses."""
+def plain_metadata():
+    """AOTAutograd's metadata of the graph being compiled (``fw_metadata``) if it shows nothing
+    its runtime wrapper would do beyond calling the compiled graphs: no mutation, aliasing,
+    tokens, functionalized RNG or subclasses; else None."""
     from torch._guards import TracingContext
     context = TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     if meta is None:
-        return False
+        return None
     from torch._functorch._aot_autograd.schemas import OutputType
     if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
-        return False
+        return None
     if any(o.output_type != OutputType.non_alias for o in meta.output_info):
-        return False
+        return None
     if meta.num_intermediate_bases or meta.tokens or getattr(meta, "is_rng_op_functionalized", False):
-        return False
+        return None
     if meta.subclass_inp_meta and any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta"
                                       for m in meta.subclass_inp_meta):
+        return None
+    return meta
+
+
+def plain_inference(gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int) -> bool:
+    """True if AOTAutograd's metadata of the graph being compiled shows nothing its runtime
+    wrapper would have to do around ``gm`` (``plain_metadata``), and ``gm`` takes and returns
+    what Dynamo's graph does."""
+    if plain_metadata() is None:
         return False
     outs = gm.graph.output_node().args[0]
     placeholders = gm.graph.find_nodes(op="placeholder")

@@ -1,7 +1,9 @@
 """Compiling Dynamo's torch-level graphs: AOTAutograd functionalizes them, applies the
 decomposition table and partitions them into forward and backward ATen graphs, each lowered and
 compiled here. Plain inference graphs skip AOTAutograd in a warm process (``aot_cache``), and are
-called without its runtime wrapper, which has nothing to do for them, at static or symbolic sizes.
+called without its runtime wrapper, which has nothing to do for them, at static or symbolic sizes;
+plain training graphs at static sizes are called through one ``autograd.Function`` of their own
+(``plain_training``).
 The ``torch.compile(backend="loopnest")`` entry point is ``loopnest.api.loopnest_backend``.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .decompositions import decomposition_table, table_fingerprint
 from ..backends.base import Backend
 from .graph_replay import CudaGraphBoxed
 from .options import CompileOptions
+from .plain_training import PlainTraining, plain_split
 from .runner import BoxedGraph, LoweredGraph, lower_and_compile
 
 
@@ -36,6 +39,9 @@ class AtenCompiler:
         self._to_store: tuple | None = None  # (AOT cache key, Dynamo graph's input and output counts)
         self._counts: tuple[int, int] | None = None  # Dynamo graph's input and output counts, if its inputs are plain
         self._direct = None  # the compiled inference graph, when AOTAutograd's wrapper has nothing to do
+        self._training_inputs: int | None = None  # Dynamo graph's input count, if its inputs are plain and need grads
+        self._backward_module: torch.fx.GraphModule | None = None  # the partitioner's backward graph
+        self._plain_training: PlainTraining | None = None  # both graphs, when AOTAutograd's wrapper has nothing to do
 
     def compile(self, gm: torch.fx.GraphModule, kind: str) -> LoweredGraph:
         """Lower and build ``gm``; ``kind`` names it ("fwd", "bwd", "inf")."""
@@ -46,7 +52,19 @@ class AtenCompiler:
         return lowered
 
     def forward(self, gm, example_inputs):
-        return BoxedGraph(self.compile(gm, "fwd"))
+        boxed = BoxedGraph(self.compile(gm, "fwd"))
+        bw = self._backward_module
+        if self._training_inputs is not None and bw is not None:
+            split = plain_split(gm, bw, self._training_inputs)
+            if split is not None:  # the backward is compiled now: no wrapper of AOTAutograd's will ask
+                self._plain_training = PlainTraining(boxed, BoxedGraph(self.compile(bw, "bwd")), split)
+        return boxed
+
+    def partition(self, joint: torch.fx.GraphModule, joint_inputs, **kwargs):
+        """AOTAutograd's partitioner (min-cut rematerialization), keeping the backward graph."""
+        fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+        self._backward_module = bw
+        return fw, bw
 
     def backward(self, gm, example_inputs):
         return BoxedGraph(self.compile(gm, "bwd"))
@@ -91,18 +109,26 @@ class AtenCompiler:
         counts = (len(example_inputs), len(outputs) if isinstance(outputs, (tuple, list)) else -1)
         if key is not None:
             self._to_store = (key, *counts)
+        self._backward_module = self._plain_training = self._training_inputs = None
         # AOTAutograd's runtime wrapper would disable autocast around the call if it is on now
-        if aot_cache.plain_inputs(gm, example_inputs, sizes=True) and not torch._C._is_any_autocast_enabled():
-            self._counts = counts
+        if not torch._C._is_any_autocast_enabled():
+            if aot_cache.plain_inputs(gm, example_inputs, sizes=True):
+                self._counts = counts
+            elif aot_cache.plain_inputs(gm, example_inputs, grads=True):
+                self._training_inputs = len(example_inputs)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
                            inference_compiler=self.inference, decompositions=decomposition_table(),
-                           partition_fn=min_cut_rematerialization_partition)
+                           partition_fn=self.partition)
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
             wrapped = aot(gm, example_inputs)
         else:
             with functorch_config.patch(decompose_custom_triton_ops=False):
                 wrapped = aot(gm, example_inputs)
         direct, self._counts, self._direct = self._direct, None, None
+        plain, self._plain_training, self._backward_module, self._training_inputs = \
+            self._plain_training, None, None, None
+        if plain is not None:
+            return plain
         return wrapped if direct is None else _unboxed(direct)
 
 
