@@ -134,9 +134,10 @@ def test_graphs_the_wrapper_has_work_for_keep_it(plain_calls, case):
     assert not plain_calls
 
 
-def test_compiled_autograd_keeps_the_wrapper(plain_calls, monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
-    compiled = torch.compile(lambda x: x.sin() * 2, backend="loopnest")
+def test_compiled_autograd_keeps_the_wrapper(plain_calls):
     x = torch.randn(4, 5, requires_grad=True)
-    torch.testing.assert_close(compiled(x), x.sin() * 2)
+    with torch._dynamo.config.patch(compiled_autograd=True):  # config modules are patched so, not by setattr
+        compiled = torch.compile(lambda x: x.sin() * 2, backend="loopnest")
+        torch.testing.assert_close(compiled(x), x.sin() * 2)
     assert not plain_calls
+    assert torch._dynamo.config.compiled_autograd is False
