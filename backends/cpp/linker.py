@@ -51,7 +51,10 @@ def link_flags(cxx: str) -> tuple[str, ...]:
     links = _gold_links(cxx)
     if not links:
         log.info("loopnest: %s does not link with gold here; kernel libraries use its default linker", cxx)
-    atomic_write(path, json.dumps({"links": links}) + "\n")
+    try:
+        atomic_write(path, json.dumps({"links": links}) + "\n")
+    except OSError as e:  # a read-only cache: the answer holds for this process
+        log.warning("loopnest: could not keep the linker probe's answer in %s (%s)", path, e)
     return (GOLD,) if links else ()
 
 
