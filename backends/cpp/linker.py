@@ -11,17 +11,14 @@ works.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from ...core import settings
-from ...core.files import atomic_write
 from ...core.hardware import TOOL_TIMEOUT_S, compiler_version
+from .probe_records import keep_record, read_record, record_path
 
 log = logging.getLogger("loopnest")
 
@@ -39,22 +36,14 @@ def link_flags(cxx: str) -> tuple[str, ...]:
     version = compiler_version(cxx)
     if version is None:
         return ()  # the build itself reports a compiler that does not run
-    key = hashlib.sha256("\0".join((PROBE, cxx, version)).encode()).hexdigest()
-    path = settings.cache_dir("cpp") / "probes" / f"gold-{key[:24]}.json"
-    try:
-        record = json.loads(path.read_text())
-        if isinstance(record, dict) and isinstance(record.get("links"), bool):
-            return (GOLD,) if record["links"] else ()
-        log.warning("loopnest: linker probe record %s is malformed; probing again", path)
-    except (OSError, ValueError):
-        pass
+    path = record_path("gold", PROBE, cxx, version)
+    record = read_record(path, {"links": bool})
+    if record is not None:
+        return (GOLD,) if record["links"] else ()
     links = _gold_links(cxx)
     if not links:
         log.info("loopnest: %s does not link with gold here; kernel libraries use its default linker", cxx)
-    try:
-        atomic_write(path, json.dumps({"links": links}) + "\n")
-    except OSError as e:  # a read-only cache: the answer holds for this process
-        log.warning("loopnest: could not keep the linker probe's answer in %s (%s)", path, e)
+    keep_record(path, {"links": links})
     return (GOLD,) if links else ()
 
 

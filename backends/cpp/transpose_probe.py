@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import logging
 import time
 
 import torch
 
 from ...core import settings
-from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
 from . import compile as cc
 from .ops import PRELUDE
+from .probe_records import keep_record, read_record, record_path
 
 log = logging.getLogger("loopnest")
 
@@ -62,22 +60,17 @@ def split_lines_in_registers() -> bool:
     (a record that does not parse as one is measured again). False, with a warning, where the
     probe cannot be built or run."""
     cxx = settings.current().cxx
-    key = hashlib.sha256("\0".join((SOURCE, PRELUDE, " ".join(cc.flags()), compiler_version(cxx) or "",
-                                    this_cpu().name, this_cpu().capability)).encode()).hexdigest()
-    path = settings.cache_dir("cpp") / "probes" / f"transpose-{key[:24]}.json"
-    try:
-        record = json.loads(path.read_text())
-        if isinstance(record.get("registers_us"), float) and isinstance(record.get("elements_us"), float):
-            return record["registers_us"] <= MARGIN * record["elements_us"]
-        log.warning("loopnest: transpose probe record %s is malformed; measuring again", path)
-    except (OSError, ValueError, AttributeError):
-        pass
+    path = record_path("transpose", SOURCE, PRELUDE, " ".join(cc.flags()), compiler_version(cxx) or "",
+                       this_cpu().name, this_cpu().capability)
+    record = read_record(path, {"elements_us": float, "registers_us": float})
+    if record is not None:
+        return record["registers_us"] <= MARGIN * record["elements_us"]
     try:
         elements_us, registers_us = _measure()
     except (cc.CompileError, OSError) as e:  # no verdict: the element loads, which always work
         log.warning("loopnest: the transpose probe did not run (%s); split-line transposes keep element loads", e)
         return False
-    atomic_write(path, json.dumps({"elements_us": elements_us, "registers_us": registers_us}) + "\n")
+    keep_record(path, {"elements_us": elements_us, "registers_us": registers_us})
     return registers_us <= MARGIN * elements_us
 
 
