@@ -35,7 +35,6 @@ class Split:
     tensors, then one gradient per differentiable output (``differentiable``: their positions)."""
 
     num_outputs: int
-    num_saved: int
     differentiable: tuple[int, ...]
     non_differentiable: tuple[int, ...]
 
@@ -70,7 +69,7 @@ def plain_split(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, num_inputs: 
     if bw_inputs[len(saved):] != tangents:
         return None
     non_differentiable = tuple(k for k, o in enumerate(meta.output_info) if not o.requires_grad)
-    return Split(num_outputs, len(saved), differentiable, non_differentiable)
+    return Split(num_outputs, differentiable, non_differentiable)
 
 
 class PlainStep(torch.autograd.Function):
