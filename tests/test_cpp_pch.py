@@ -129,3 +129,28 @@ def test_a_build_that_fails_with_the_object_is_retried_without_it(fresh_cache, m
     monkeypatch.setattr(pch, "vecmath_object", lambda cxx, flags: fresh_cache / "missing.o")
     run_softmax(backend, kernel)
     assert "building without them" in caplog.text
+
+
+def written_source(backend, kernel):
+    """The generated source of ``kernel``'s library, and the text written beside the library."""
+    source = backend.module_source([(kernel, backend.default_config(kernel))])
+    return source, cc.library_path(source, cc.settings.current().cxx).with_suffix(".cpp").read_text()
+
+
+def test_the_header_gives_generated_libraries_their_helper_prelude(fresh_cache):
+    from loopnest.backends.cpp.ops import PRELUDE
+    cc.prebuild_header()
+    backend, kernel = exp_library()
+    run_softmax(backend, kernel)
+    source, written = written_source(backend, kernel)
+    assert source.startswith(PRELUDE) and PRELUDE in pch.HEADER
+    assert written == source[len(PRELUDE):]
+
+
+def test_a_generated_library_that_fails_with_the_header_is_built_from_its_whole_source(fresh_cache, monkeypatch,
+                                                                                          caplog):
+    monkeypatch.setattr(pch, "include_flags", lambda cxx, flags: ["-include", "/nonexistent/ln_prelude.h"])
+    backend, kernel = exp_library()
+    run_softmax(backend, kernel)
+    source, written = written_source(backend, kernel)
+    assert "building without them" in caplog.text and written == source

@@ -92,19 +92,18 @@ def build(source: str, timeout: float | None = None) -> Path:
     obj = pch.vecmath_object(cxx, flags()) if PREBUILT_MARK in source else None
     if PREBUILT_MARK in source and obj is None:  # the object is gone: the library defines them
         source += vecmath_instantiations()
-    src_path = atomic_write(path.with_suffix(".cpp"), source)
+    prelude = pch.include_flags(cxx, flags())
+    src_path = atomic_write(path.with_suffix(".cpp"), pch.library_text(source, prelude))
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        prelude = pch.include_flags(cxx, flags())
         proc = _compile(cxx, prelude, src_path, tmp, timeout, obj)
         pch.wait(timeout)  # a header build this started ran beside it; none outlives the call
         if proc.returncode != 0 and (prelude or obj):
             log.warning("loopnest: %s failed with the precompiled header %s and object %s; building without them",
                         cxx, prelude[-1] if prelude else None, obj)
             pch.give_up(cxx, flags())
-            if obj is not None:
-                src_path = atomic_write(src_path, source + vecmath_instantiations())
+            src_path = atomic_write(src_path, source + (vecmath_instantiations() if obj is not None else ""))
             proc = _compile(cxx, [], src_path, tmp, timeout)
         if proc.returncode != 0:
             raise CompileError(f"{cxx} failed on generated source {src_path}:\n{proc.stderr[-4000:]}")

@@ -1,5 +1,6 @@
-"""A precompiled header of the system headers every generated library includes, and an object
-that defines the vector math functions those libraries call.
+"""A precompiled header of the system headers and the helper prelude (``ops.PRELUDE``) every
+generated library includes, and an object that defines the vector math functions those libraries
+call.
 
 Parsing ``<immintrin.h>`` (every AVX-512 intrinsic under ``-march=native``), ``<Python.h>``,
 ``<cmath>`` and ``<algorithm>`` is 90% of g++'s time on a generated library: 1.3 of 1.6 s for a
@@ -8,7 +9,10 @@ Building the precompiled header takes longer than one library (3.7 s; a 42 MB fi
 built once per cache directory, compiler, flags and CPU: when a process builds its second library
 without it (a script that compiles one graph never pays for it), beside that library's build,
 which then waits for it (3.7 s instead of 1.7 s, once), so no compile outlives the call to slow
-what the caller times next; every library built after it, in any process, uses it.
+what the caller times next; every library built after it, in any process, uses it. The header
+also holds ``ops.PRELUDE``, the ``ln_`` helpers every library source starts with: ``library_text``
+drops them from a source that the header will give them to. Parsing and instantiating them was
+15-20 ms of each library's 90-110 ms of g++ (a one-kernel graph, 2-core Zen 4, 2026-12-07).
 
 The same build compiles ``ops.VECMATH_OBJECT_SOURCE``, the scalar and vector variants of every
 vecmath.h function, into one object (``vecmath_object``). A library that calls them then
@@ -36,12 +40,13 @@ from pathlib import Path
 from ...core import settings
 from ...core.files import atomic_write
 from ...core.hardware import compiler_version, this_cpu
-from .ops import VECMATH_OBJECT_DIGEST, VECMATH_OBJECT_SOURCE
+from .ops import PRELUDE, SKIP_SPECIAL_FUNCTIONS, VECMATH_OBJECT_DIGEST, VECMATH_OBJECT_SOURCE
 
 log = logging.getLogger("loopnest")
 
-# what the generated sources include from the system; their own #includes become no-ops after it
-HEADER = r"""#define PY_SSIZE_T_CLEAN
+# what the generated sources include from the system, then the helpers every library source starts
+# with; their own #includes become no-ops after it
+SYSTEM_HEADERS = SKIP_SPECIAL_FUNCTIONS + r"""#define PY_SSIZE_T_CLEAN
 #if __has_include(<Python.h>)
 #include <Python.h>
 #endif
@@ -56,6 +61,7 @@ HEADER = r"""#define PY_SSIZE_T_CLEAN
 #include <immintrin.h>
 #endif
 """
+HEADER = SYSTEM_HEADERS + PRELUDE
 BUILD_TIMEOUT_S = 300
 START_AFTER = 2  # libraries a process builds before it builds the header: one-graph scripts never do
 
@@ -138,6 +144,12 @@ def include_flags(cxx: str, flags: tuple[str, ...]) -> list[str]:
                                                    name="loopnest-pch")
                 _builds[header].start()
     return ["-include", str(header)] if usable else []
+
+
+def library_text(source: str, include: list[str]) -> str:
+    """The text g++ compiles for the library ``source``: without its leading ``ops.PRELUDE`` where
+    ``include`` (``include_flags``'s answer) brings the header that holds it, else ``source``."""
+    return source[len(PRELUDE):] if include and source.startswith(PRELUDE) else source
 
 
 def vecmath_object(cxx: str, flags: tuple[str, ...]) -> Path | None:
