@@ -1,6 +1,6 @@
-"""Whole models on the CPU: eager vs Inductor (C++) vs loopnest (C++), in inference.
+"""Whole models on the CPU: eager vs Inductor (C++) vs loopnest (C++), in inference or training.
 
-Run: python bench/cpu_models.py [--rounds N] [MODEL ...]
+Run: python bench/cpu_models.py [--rounds N] [--train] [MODEL ...] (``--train``: training steps)
 The script re-executes itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised (glibc
 keeps freed blocks mapped, so no call pays page faults for a freshly unmapped output), and
 compiles into empty code caches so the cold columns are cold.

@@ -4,7 +4,8 @@ Columns: Inductor's default and reduce-overhead modes; loopnest's defaults (``cu
 small static graphs replayed, outputs copied out), without CUDA graphs, and with them always
 (``cudagraphs=True``, reduce-overhead semantics).
 
-Run on the device: python bench/gpu_models.py [--rounds N] [MODEL ...]
+Run on the device: python bench/gpu_models.py [--rounds N] [--train] [MODEL ...]
+(``--train``: training steps; loopnest's CUDA graphs are for inference, so one loopnest column.)
 Code caches start empty, so the cold columns are cold compiles.
 """
 import os
@@ -21,4 +22,5 @@ if __name__ == "__main__":
     main("cuda", {"loopnest": {"backend": "triton", "tune": "off"},
                   "loopnest_nocg": {"backend": "triton", "tune": "off", "cudagraphs": False},
                   "loopnest_cg": {"backend": "triton", "tune": "off", "cudagraphs": True}},
-         torch.cuda.get_device_name, {"inductor": {}, "inductor_ro": {"mode": "reduce-overhead"}})
+         torch.cuda.get_device_name, {"inductor": {}, "inductor_ro": {"mode": "reduce-overhead"}},
+         train_variants={"loopnest": {"backend": "triton", "tune": "off"}})  # CUDA graphs: inference only
