@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -93,7 +93,7 @@ class LoweredGraph:
             outs = plan.run([args[i] for i in positions] + constants, compiled.poison)
             if identity:
                 return outs if kind is tuple else list(outs)
-            return kind([args[k] if is_arg else outs[k] for is_arg, k in picks])
+            return kind(picked(args, outs, picks))
         if not self._scalars:
             return call
         scalars = self._scalars
@@ -126,7 +126,7 @@ class LoweredGraph:
                 outs = (compiled or self.compiled)(*tensors, *self.program.constants)
                 if compiled is None and len(self._written) < MAX_ENTRIES:
                     self._write_entry(tensors)
-                return direct.kind(args[k] if is_arg else outs[k] for is_arg, k in direct.outputs)
+                return direct.kind(picked(args, outs, direct.outputs))
         return self._run(args, compiled or self.compiled)
 
     def _write_entry(self, tensors: list) -> None:
@@ -180,9 +180,14 @@ class _Direct:
     outputs (``kind`` makes the returned value from an iterable of them)."""
 
     positions: tuple[int, ...]
-    outputs: tuple[tuple[bool, int], ...]  # (an argument passed through?, its index)
+    outputs: tuple[tuple[bool | None, int], ...]  # (an argument passed through?, its index); (None, 0): None
     kind: Callable[[Iterable], object]
     device: str
+
+
+def picked(args: list, outs, picks: tuple[tuple[bool | None, int], ...]) -> Iterator:
+    """The outputs ``picks`` names (``_Direct.outputs``), from the arguments and compiled results."""
+    return (None if is_arg is None else args[k] if is_arg else outs[k] for is_arg, k in picks)
 
 
 def only(items: Iterable):
@@ -193,8 +198,9 @@ def only(items: Iterable):
 
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
-    argument contiguous, and returns a flat list or tuple of graph results and arguments (a
-    forward graph returns the inputs its backward saves), or one of them alone; else None. Symbols are
+    argument contiguous, and returns a flat list or tuple of graph results, arguments (a forward
+    graph returns the inputs its backward saves) and Nones (a backward graph's gradients of inputs
+    that need none), or one of them alone; else None. Symbols are
     no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
     graph binds itself (its call plans are keyed by the shapes), and nothing else here needs them."""
     leaves_, kind = program.outputs, type(program.outputs)
@@ -202,11 +208,16 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
         leaves_, kind = (leaves_,), only
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
             or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
-            or any(not isinstance(leaf, OutputLeaf) or leaf.kind not in (LeafKind.GRAPH, LeafKind.ARG)
-                   or leaf.carrier is not None for leaf in leaves_)):
+            or any(not isinstance(leaf, OutputLeaf) or leaf.carrier is not None
+                   or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)) for leaf in leaves_)):
         return None
     return _Direct(tuple(ti.position for ti in program.tensor_inputs),
-                   tuple((leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_), kind, device)
+                   tuple((None, 0) if _is_none(leaf) else (leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_),
+                   kind, device)
+
+
+def _is_none(leaf: OutputLeaf) -> bool:
+    return leaf.kind is LeafKind.VALUE and leaf.value is None
 
 
 class BoxedGraph:

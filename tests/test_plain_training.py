@@ -141,3 +141,18 @@ def test_compiled_autograd_keeps_the_wrapper(plain_calls):
         torch.testing.assert_close(compiled(x), x.sin() * 2)
     assert not plain_calls
     assert torch._dynamo.config.compiled_autograd is False
+
+
+def test_a_backward_returning_a_none_gradient_runs_its_written_call_plan(monkeypatch):
+    """An integer input's gradient is None among the backward graph's outputs; the graph still
+    takes the direct path and its written call plan, never the checked walk (``_run``)."""
+    from loopnest.lowering import runner
+    walked = []
+    walk = runner.LoweredGraph._run
+    monkeypatch.setattr(runner.LoweredGraph, "_run", lambda self, args, compiled: walked.append(self) or walk(self, args, compiled))
+    torch._dynamo.reset()
+    table, tokens = torch.randn(50, 16, requires_grad=True), torch.randint(0, 50, (4, 8))
+    for _ in range(3):
+        grads_match(lambda t, i: F.embedding(i, t).tanh() * 2, [table, tokens])
+    assert not walked
+    torch._dynamo.reset()
