@@ -64,7 +64,7 @@ class LoweredGraph:
     def flat_outputs(self) -> bool:
         """Whether the graph returns a flat sequence of its own results and arguments (or one of
         them), takes contiguous tensors and writes no input (``_direct_outputs``)."""
-        return self._direct is not None
+        return self._direct is not None and not any(self._direct.strides)
 
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
@@ -118,11 +118,12 @@ class LoweredGraph:
                     out = entry(args)
                     if out is not MISS:
                         return out
-            # contiguous tensors on the device, outputs that are graph results: the tensors go to
-            # the compiled graph as they are (anything else takes the path below)
+            # tensors on the device in the compiled layouts, outputs that are graph results: the
+            # tensors go to the compiled graph as they are (anything else takes the path below)
             tensors = [args[i] for i in direct.positions]
-            if all(isinstance(t, torch.Tensor) and t.is_contiguous() and t.device.type == direct.device
-                   for t in tensors):
+            if all(isinstance(t, torch.Tensor) and t.device.type == direct.device
+                   and (t.is_contiguous() if strides is None else t.stride() == strides)
+                   for t, strides in zip(tensors, direct.strides)):
                 outs = (compiled or self.compiled)(*tensors, *self.program.constants)
                 if compiled is None and len(self._written) < MAX_ENTRIES:
                     self._write_entry(tensors)
@@ -183,6 +184,7 @@ class _Direct:
     outputs: tuple[tuple[bool | None, int], ...]  # (an argument passed through?, its index); (None, 0): None
     kind: Callable[[Iterable], object]
     device: str
+    strides: tuple[tuple[int, ...] | None, ...]  # of each tensor argument: None where contiguous
 
 
 def picked(args: list, outs, picks: tuple[tuple[bool | None, int], ...]) -> Iterator:
@@ -198,7 +200,8 @@ def only(items: Iterable):
 
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
-    argument contiguous, and returns a flat list or tuple of graph results, arguments (a forward
+    argument contiguous or at constant strides (a backward graph's transposed saved tensors), and
+    returns a flat list or tuple of graph results, arguments (a forward
     graph returns the inputs its backward saves) and Nones (a backward graph's gradients of inputs
     that need none), or one of them alone; else None. Symbols are
     no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
@@ -207,13 +210,21 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     if isinstance(leaves_, OutputLeaf):
         leaves_, kind = (leaves_,), only
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
-            or any(not ti.contiguous or ti.carrier is not None for ti in program.tensor_inputs)
+            or any(ti.carrier is not None or _strides(ti) is None for ti in program.tensor_inputs)
             or any(not isinstance(leaf, OutputLeaf) or leaf.carrier is not None
                    or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)) for leaf in leaves_)):
         return None
     return _Direct(tuple(ti.position for ti in program.tensor_inputs),
                    tuple((None, 0) if _is_none(leaf) else (leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_),
-                   kind, device)
+                   kind, device, tuple(None if ti.contiguous else _strides(ti) for ti in program.tensor_inputs))
+
+
+def _strides(ti: TensorInput) -> tuple[int, ...] | None:
+    """The strides ``ti`` was compiled for: () when contiguous, None when a symbol is among them."""
+    if ti.contiguous:
+        return ()
+    strides = tuple(s.as_int() for s in ti.strides)
+    return None if None in strides else strides
 
 
 def _is_none(leaf: OutputLeaf) -> bool:

@@ -243,6 +243,9 @@ class CallPlan:
                       for step, launch in graph.steps]
         self.inputs = [b.name for b in graph.inputs]
         self.input_shapes = [tuple(evaluate(s, env) for s in b.sizes) for b in graph.inputs]
+        # None: contiguous; else the strides the graph was compiled for (a backward's saved views)
+        self.input_strides = [None if b.layout.is_contiguous() else tuple(evaluate(s, env) for s in b.layout.strides)
+                              for b in graph.inputs]
         self.input_dtypes = [b.dtype.torch for b in graph.inputs]
         self.name = graph.name
         self.outputs = [(o.buffer, _view_spec(o.layout, env)) for o in graph.graph.outputs]

@@ -41,7 +41,7 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
     then ``constants``; it returns ``kind`` of ``args[k]`` (``(True, k)`` in ``picks``), the
     plan's result ``k`` (``(False, k)``) or None (``(None, 0)``: a backward graph's gradient of an
     input that needs none), or ``MISS`` when an input differs from the plan's
-    (shape, dtype, device type, contiguity), so the caller takes its checked path. ``poison``:
+    (shape, dtype, device type, contiguity or the strides it was compiled for), so the caller takes its checked path. ``poison``:
     every buffer it allocates starts filled (``compiled.poison_value``), as in ``run``. None when
     a step has neither a positional form nor known results."""
     names: dict[str, str] = {}  # buffer name -> local variable
@@ -64,9 +64,10 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         if k < len(positions):
             lines.append(f"{var} = args[{positions[k]}]")
             dtype = bind(plan.input_dtypes[k], "d")
+            strides = plan.input_strides[k]
+            layout = f"{var}.is_contiguous()" if strides is None else f"{var}.stride() == {strides!r}"
             checks.append(f"type({var}) in PLAIN and {var}.shape == {plan.input_shapes[k]!r} and "
-                          f"{var}.dtype is {dtype} and {var}.{on_device} and {var}.is_contiguous() and "
-                          f"not {var}.is_neg()")
+                          f"{var}.dtype is {dtype} and {var}.{on_device} and {layout} and not {var}.is_neg()")
         else:
             lines.append(f"{var} = {bind(constants[k - len(positions)], 'c')}")
     if checks:

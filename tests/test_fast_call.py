@@ -70,6 +70,26 @@ def test_arguments_that_do_not_fit_take_the_checked_path(backend):
     assert len(fn.lowered._entries) == 1, "no plan written for calls that failed"
 
 
+def test_a_graph_compiled_for_a_transposed_input_writes_its_plan_and_fits_other_layouts(backend):
+    """An argument compiled at constant non-contiguous strides (a backward graph's transposed
+    saved tensor) is checked by its strides: the same strides run the written plan, any other
+    layout of the same values takes the checked path and is copied to the compiled one."""
+    x, w, b = _args(backend)
+    xt = x.T.contiguous().T  # column-major
+    fn = _compiled(backend, xt, w, b)
+    assert fn.lowered._direct.strides[0] == xt.stride()
+    first, again = fn(xt, w, b), fn(xt, w, b)
+    (entry,) = fn.lowered._entries
+    assert f".stride() == {tuple(xt.stride())!r}" in entry.source
+    for layout in (x, x.T.contiguous().T.clone(memory_format=torch.contiguous_format), x[:, :].T.T):
+        for got, expect in zip(fn(layout, w, b), _mlp(x, w, b)):
+            assert_close(got, expect, "another layout")
+    for got, before, expect in zip(again, first, _mlp(x, w, b)):
+        assert_close(got, expect, "written plan")
+        assert_close(before, expect, "walked plan")
+    assert len(fn.lowered._entries) == 1, "other layouts write no plan of their own"
+
+
 @pytest.mark.parametrize("returns", ["a result", "its argument"])
 def test_a_graph_returning_one_tensor_alone_writes_its_plan_out(backend, returns):
     """``make_fx`` of a function returning one tensor (not a tuple): the caller gets that tensor,

@@ -143,16 +143,34 @@ def test_compiled_autograd_keeps_the_wrapper(plain_calls):
     assert torch._dynamo.config.compiled_autograd is False
 
 
-def test_a_backward_returning_a_none_gradient_runs_its_written_call_plan(monkeypatch):
-    """An integer input's gradient is None among the backward graph's outputs; the graph still
-    takes the direct path and its written call plan, never the checked walk (``_run``)."""
+@pytest.fixture
+def walked(monkeypatch):
+    """The graphs that walked the checked path (``LoweredGraph._run``) instead of a direct one."""
     from loopnest.lowering import runner
-    walked = []
+    graphs = []
     walk = runner.LoweredGraph._run
-    monkeypatch.setattr(runner.LoweredGraph, "_run", lambda self, args, compiled: walked.append(self) or walk(self, args, compiled))
+    monkeypatch.setattr(runner.LoweredGraph, "_run", lambda self, args, compiled: graphs.append(self) or walk(self, args, compiled))
     torch._dynamo.reset()
+    yield graphs
+    torch._dynamo.reset()
+
+
+def test_a_backward_returning_a_none_gradient_runs_its_written_call_plan(walked):
+    """An integer input's gradient is None among the backward graph's outputs; the graph still
+    takes the direct path and its written call plan, never the checked walk."""
     table, tokens = torch.randn(50, 16, requires_grad=True), torch.randint(0, 50, (4, 8))
     for _ in range(3):
         grads_match(lambda t, i: F.embedding(i, t).tanh() * 2, [table, tokens])
     assert not walked
-    torch._dynamo.reset()
+
+
+def test_a_backward_taking_transposed_saved_tensors_runs_its_written_call_plan(walked):
+    """Attention's backward takes views of the forward's results at other strides; the graph is
+    compiled for those strides, so it takes the direct path too."""
+    def attention(q, k, v):
+        heads = lambda t: t.view(2, 6, 3, 8).transpose(1, 2)  # noqa: E731
+        return (torch.softmax(heads(q) @ heads(k).transpose(-1, -2), -1) @ heads(v)).transpose(1, 2).reshape(2, 6, 24)
+    q, k, v = (torch.randn(2, 6, 24, requires_grad=True) for _ in range(3))
+    for _ in range(3):
+        grads_match(attention, [q, k, v], atol=1e-5, rtol=1e-4)
+    assert not walked
