@@ -127,17 +127,19 @@ def store(key: str, gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int)
     return True
 
 
-def plain_metadata():
+def plain_metadata(buffer_updates: bool = False):
     """AOTAutograd's metadata of the graph being compiled (``fw_metadata``) if it shows nothing
     its runtime wrapper would do beyond calling the compiled graphs: no mutation, aliasing,
-    tokens, functionalized RNG or subclasses; else None."""
+    tokens, functionalized RNG or subclasses; else None. With ``buffer_updates``, inputs whose
+    only mutation is a ``buffer_update`` are allowed (the caller applies them)."""
     from torch._guards import TracingContext
     context = TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     if meta is None:
         return None
     from torch._functorch._aot_autograd.schemas import OutputType
-    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+    if any((i.mutates_data or i.mutates_metadata) and not (buffer_updates and buffer_update(i))
+           for i in meta.input_info):
         return None
     if any(o.output_type != OutputType.non_alias for o in meta.output_info):
         return None
@@ -147,6 +149,15 @@ def plain_metadata():
                                       for m in meta.subclass_inp_meta):
         return None
     return meta
+
+
+def buffer_update(info) -> bool:
+    """Whether an input's mutation (AOTAutograd's ``InputAliasInfo``) is only new values for a
+    leaf that needs no gradient, which the forward graph returns first among its results for the
+    caller to copy in (a batch norm's running statistics in training)."""
+    kind = getattr(info, "mutation_type", None)
+    return (info.mutates_data and not info.mutates_metadata and not getattr(info, "mutates_storage_metadata", False)
+            and info.is_leaf and not info.requires_grad and getattr(kind, "name", None) == "MUTATED_OUT_GRAPH")
 
 
 def plain_inference(gm: torch.fx.GraphModule, num_inputs: int, num_outputs: int) -> bool:

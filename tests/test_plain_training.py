@@ -1,6 +1,8 @@
 """Plain training graphs run through one ``autograd.Function`` of loopnest's (``PlainStep``)
 instead of AOTAutograd's runtime wrapper; everything else keeps the wrapper. Both give eager's
 gradients, and the plain path keeps the contract autograd users rely on."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -109,17 +111,17 @@ def test_retained_graphs_and_accumulated_parameter_gradients(plain_calls):
 
 @pytest.mark.parametrize("case", ["mutation", "alias", "dynamic"])
 def test_graphs_the_wrapper_has_work_for_keep_it(plain_calls, case):
-    if case == "mutation":
-        def f(x, buf):
-            buf.add_(1)
-            return x * buf
-        args = [torch.randn(4, 6, requires_grad=True), torch.randn(4, 6)]
-        compiled = torch.compile(f, backend="loopnest")
-        buf = args[1].clone()
-        out = compiled(args[0], buf)
-        torch.testing.assert_close(buf, args[1] + 1)
-        torch.testing.assert_close(out, args[0] * (args[1] + 1))
-        torch.testing.assert_close(torch.autograd.grad(out.sum(), args[0])[0], args[1] + 1)
+    if case == "mutation":  # of an input that needs a gradient: autograd must see it
+        def f(x, h):
+            h.mul_(2)
+            return x * h
+        x, w = torch.randn(4, 6, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+        h = w * 1
+        out = torch.compile(f, backend="loopnest")(x, h)
+        torch.testing.assert_close(out, x * w * 2)
+        gx, gw = torch.autograd.grad(out.sum(), [x, w])
+        torch.testing.assert_close(gx, w * 2)
+        torch.testing.assert_close(gw, x * 2)
     elif case == "alias":
         def f(x):
             return x.view(-1), x.exp()
@@ -132,6 +134,25 @@ def test_graphs_the_wrapper_has_work_for_keep_it(plain_calls, case):
             torch.testing.assert_close(torch.autograd.grad(f(x).square().sum(), x)[0],
                                        torch.autograd.grad(torch.softmax(x * 2, -1).square().sum(), x)[0])
     assert not plain_calls
+
+
+def test_new_values_for_buffers_take_the_plain_path(plain_calls):
+    """A batch norm in training writes its running statistics: the forward graph returns their
+    new values, which ``PlainStep`` copies in; gradients and statistics match eager's, step
+    after step."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train()
+    mine = copy.deepcopy(eager)
+    compiled = torch.compile(mine, backend="loopnest", options={"backend": "cpp", "tune": "off"})
+    for _ in range(3):
+        x = torch.randn(4, 3, 10, 10)
+        g = torch.randn(4, 8, 8, 8)
+        got = torch.autograd.grad(compiled(x), list(mine.parameters()), g)
+        want = torch.autograd.grad(eager(x), list(eager.parameters()), g)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for (name, b), (_, expect) in zip(mine.named_buffers(), eager.named_buffers()):
+        torch.testing.assert_close(b, expect, msg=name)
+    assert mine[1].num_batches_tracked.item() == 3 and len(plain_calls) == 3
 
 
 def test_compiled_autograd_keeps_the_wrapper(plain_calls):
