@@ -201,11 +201,11 @@ def only(items: Iterable):
 def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
     argument contiguous or at constant strides (a backward graph's transposed saved tensors), and
-    returns a flat list or tuple of graph results, arguments (a forward
-    graph returns the inputs its backward saves) and Nones (a backward graph's gradients of inputs
-    that need none), or one of them alone; else None. Symbols are
-    no obstacle: without carriers each is a dimension of a tensor argument, which the compiled
-    graph binds itself (its call plans are keyed by the shapes), and nothing else here needs them."""
+    returns a flat list or tuple of graph results, arguments (a forward graph returns the inputs
+    its backward saves) and Nones (a backward graph's gradients of inputs that need none), or one
+    of them alone; else None. Symbols are no obstacle: without carriers each is a dimension of a
+    tensor argument, which the compiled graph binds itself (its call plans are keyed by the
+    shapes), and nothing else here needs them."""
     leaves_, kind = program.outputs, type(program.outputs)
     if isinstance(leaves_, OutputLeaf):
         leaves_, kind = (leaves_,), only
