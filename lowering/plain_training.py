@@ -6,9 +6,9 @@ wrapper then handles, on every call, what a graph may need: input mutations, out
 inputs or each other, subclasses, effect tokens, functionalized RNG, saved sizes, tangents in
 another layout. A plain graph needs none of it (but new values for buffers, below), yet pays
 it: a layernorm step on 64 x 96 inputs takes 122 µs through it and 90 µs through ``PlainStep``
-around the same two compiled graphs (eager: 41; 2-core Zen 4, 2026-12-07, ``bench/RESULTS.md``). So when the metadata
-(``aot_cache.plain_metadata``) and the graphs' signatures show a plain graph, the compiled
-function is ``PlainStep`` instead; anything else keeps AOTAutograd's wrapper.
+around the same two compiled graphs (eager: 41; 2-core Zen 4, 2026-12-07, ``bench/RESULTS.md``).
+So when the metadata (``aot_cache.plain_metadata``) and the graphs' signatures show a plain graph,
+the compiled function is ``PlainStep`` instead; anything else keeps AOTAutograd's wrapper.
 
 What ``PlainStep`` keeps of the wrapper's contract: outputs that need no gradient are marked
 non-differentiable; the saved tensors go through ``save_for_backward`` (so an input changed in
