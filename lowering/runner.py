@@ -209,22 +209,16 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     leaves_, kind = program.outputs, type(program.outputs)
     if isinstance(leaves_, OutputLeaf):
         leaves_, kind = (leaves_,), only
+    strides = tuple(None if ti.contiguous else tuple(s.as_int() for s in ti.strides) for ti in program.tensor_inputs)
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
-            or any(ti.carrier is not None or _strides(ti) is None for ti in program.tensor_inputs)
+            or any(ti.carrier is not None for ti in program.tensor_inputs)
+            or any(s is not None and None in s for s in strides)  # a symbol among them
             or any(not isinstance(leaf, OutputLeaf) or leaf.carrier is not None
                    or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)) for leaf in leaves_)):
         return None
     return _Direct(tuple(ti.position for ti in program.tensor_inputs),
                    tuple((None, 0) if _is_none(leaf) else (leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_),
-                   kind, device, tuple(None if ti.contiguous else _strides(ti) for ti in program.tensor_inputs))
-
-
-def _strides(ti: TensorInput) -> tuple[int, ...] | None:
-    """The strides ``ti`` was compiled for: () when contiguous, None when a symbol is among them."""
-    if ti.contiguous:
-        return ()
-    strides = tuple(s.as_int() for s in ti.strides)
-    return None if None in strides else strides
+                   kind, device, strides)
 
 
 def _is_none(leaf: OutputLeaf) -> bool:
