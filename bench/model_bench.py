@@ -24,6 +24,7 @@ import torch
 
 from loopnest.backends.cpp.compile import prebuild_header
 
+from family_training import worst_error
 from model_families import FAMILIES
 from model_zoo import MODELS, instantiate
 
@@ -69,16 +70,12 @@ def training_step(fn, wrt: list[torch.Tensor]) -> Callable:
     return step
 
 
-ZERO_GRADIENT = 1e-4  # a gradient whose largest entry is below this is rounding noise of a zero one
-
-
 def difference(got, want) -> float:
     """The largest difference of an output from eager's; of gradients (tuples), relative to each
-    gradient's largest entry, skipping those that are zero in exact arithmetic (a conv bias
-    before a batch norm, a key bias under softmax), whose entries are rounding noise."""
+    gradient's largest entry, skipping those that are zero in exact arithmetic
+    (``family_training.worst_error``)."""
     if isinstance(want, tuple):
-        return max((((g.float() - w.float()).abs().max() / w.float().abs().max()).item()
-                    for g, w in zip(got, want) if w.float().abs().max() >= ZERO_GRADIENT), default=0.0)
+        return worst_error(got, want)
     return (got.float() - want.float()).abs().max().item()
 
 
