@@ -57,7 +57,14 @@ class AtenCompiler:
         if self._training_inputs is not None and bw is not None:
             split = plain_split(gm, bw, self._training_inputs)
             if split is not None:  # the backward is compiled now: no wrapper of AOTAutograd's will ask
-                self._plain_training = PlainTraining(boxed, BoxedGraph(self.compile(bw, "bwd")), split)
+                lowered_bw = self.compile(bw, "bwd")
+                saved = len(bw.graph.find_nodes(op="placeholder")) - len(split.differentiable)
+                tangents = range(saved, saved + len(split.differentiable))
+                # the saved tensors sit where the forward's replays put them from its second replay
+                # on: a backward captured at its third call reads them in place (``CudaGraphRunner``)
+                replayed_bw = self._replayed(lowered_bw, training=True, varying=tangents, warmup=2)
+                self._plain_training = PlainTraining(self._replayed(boxed.lowered, training=True) or boxed,
+                                                     replayed_bw or BoxedGraph(lowered_bw), split)
         return boxed
 
     def partition(self, joint: torch.fx.GraphModule, joint_inputs, **kwargs):
@@ -80,12 +87,14 @@ class AtenCompiler:
             self._direct = boxed
         return boxed
 
-    def _replayed(self, lowered: LoweredGraph) -> CudaGraphBoxed | None:
+    def _replayed(self, lowered: LoweredGraph, training: bool = False, varying: Sequence[int] = (),
+                  warmup: int = 1) -> CudaGraphBoxed | None:
         """``lowered`` replayed as a CUDA graph, if the ``cudagraphs`` option and the graph allow
-        it (``graph_replay``); else None, and it runs as a ``BoxedGraph``."""
+        it (``graph_replay``; a training graph by the "auto" rules, a backward's incoming
+        gradients at the positions ``varying``); else None, and it runs as a ``BoxedGraph``."""
         if not self.options.cudagraphs or self.backend.device != "cuda":
             return None
-        boxed = CudaGraphBoxed(lowered, self.options.cudagraphs)
+        boxed = CudaGraphBoxed(lowered, "auto" if training else self.options.cudagraphs, varying, warmup)
         return boxed if boxed.declined is None else None
 
     def aot(self, gm: torch.fx.GraphModule, example_inputs: Sequence):

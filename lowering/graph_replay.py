@@ -9,8 +9,15 @@ each kernel is short, the host's work to issue it is what a call waits on, and t
 it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
 only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
 (outputs overwritten by the next call); ``False`` never replays.
+
+A plain training step's forward and backward graphs (``plain_training``) replay by ``"auto"``'s
+rules under either mode: their outputs are saved for the backward or become gradients, which no
+later call may overwrite. The forward's outputs that are its inputs (saved for the backward) are
+those inputs; the backward checks the strides of its incoming gradients, which no guard fixes.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 
@@ -68,17 +75,19 @@ def _capturable(fn, device: str) -> bool:
 
 
 class CudaGraphBoxed:
-    """An inference graph (AOTAutograd's boxed convention) replayed through one CUDA graph, per
-    ``mode`` (True or "auto", above); graphs with inputs that are not CUDA tensors (CPU scalars,
-    seeds), and graphs that write into their inputs (the capture's own run would apply the write
-    once more), run normally."""
+    """A graph (AOTAutograd's boxed convention) replayed through one CUDA graph, per ``mode``
+    (True or "auto", above); graphs with inputs that are not CUDA tensors (CPU scalars, seeds),
+    and graphs that write into their inputs (the capture's own run would apply the write once
+    more), run normally. ``varying`` and ``warmup``: see ``CudaGraphRunner``."""
 
-    def __init__(self, lowered: LoweredGraph, mode: bool | str = True):
+    def __init__(self, lowered: LoweredGraph, mode: bool | str = True, varying: Sequence[int] = (),
+                 warmup: int = 1):
         self.lowered = lowered
         self.declined = auto_declines(lowered) if mode == "auto" else \
             ("it writes into its inputs" if lowered.program.mutations else None)
-        self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)), checked=mode is True,
-                                      fresh_outputs=mode == "auto", max_copy_bytes=COPY_BYTES if mode == "auto" else None)
+        self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)), warmup, checked=mode is True,
+                                      fresh_outputs=mode == "auto", max_copy_bytes=COPY_BYTES if mode == "auto" else None,
+                                      varying=varying)
         self._boxed_call = True
 
     @property

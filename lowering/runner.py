@@ -63,8 +63,9 @@ class LoweredGraph:
     @property
     def flat_outputs(self) -> bool:
         """Whether the graph returns a flat sequence of its own results and arguments (or one of
-        them), takes contiguous tensors and writes no input (``_direct_outputs``)."""
-        return self._direct is not None and not any(self._direct.strides)
+        them), takes tensors contiguous or at constant strides and writes no input
+        (``_direct_outputs``)."""
+        return self._direct is not None
 
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,

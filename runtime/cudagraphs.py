@@ -10,11 +10,13 @@ move later, the graph is captured again with that input copied.
 
 Outputs: with ``fresh_outputs`` (``cudagraphs="auto"``, the default) every replay copies them
 into new tensors, one multi-tensor copy launch, so a caller may keep them as it would keep
-eager's; the runner then declines, and runs the graph plainly for good, where that copy could
-not stand in for eager's results (an output that shares memory with an input or with another
-output) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the graph's
-memory and are overwritten by the next call, as with Inductor's reduce-overhead mode: clone them
-to keep them longer.
+eager's; an output that is one of the inputs (a forward graph returns the inputs its backward
+saves) is that call's input, and a None (a backward's gradient for an input that needs none)
+stays None. The runner then declines, and runs the graph plainly for good, where a copy could
+not stand in for eager's results (an output that is a view of an input, or shares memory with
+another output) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the
+graph's memory and are overwritten by the next call, as with Inductor's reduce-overhead mode:
+clone them to keep them longer.
 """
 from __future__ import annotations
 
@@ -29,15 +31,21 @@ class CudaGraphRunner:
     ``checked``: compare every call's shapes, strides, dtypes and devices with the captured ones
     (a caller whose guards already ensure them, such as Dynamo's, passes False).
     ``fresh_outputs``: return copies of the outputs (see the module docstring); ``max_copy_bytes``:
-    decline when the inputs copied before each replay would exceed it."""
+    decline when the inputs copied before each replay would exceed it. ``varying``: positions of
+    arguments whose strides no guard fixes (a backward graph's incoming gradients): a call where
+    one differs from the warm-up call's runs ``fn`` plainly."""
 
     def __init__(self, fn: Callable, warmup: int = 1, checked: bool = True, fresh_outputs: bool = False,
-                 max_copy_bytes: int | None = None):
+                 max_copy_bytes: int | None = None, varying: Sequence[int] = ()):
         self.fn = fn
         self.warmup = warmup
         self.checked = checked
         self.fresh_outputs = fresh_outputs
         self.max_copy_bytes = max_copy_bytes
+        self.varying = tuple(varying)
+        self.varying_layouts: tuple | None = None  # (shape, strides) of each ``varying`` argument
+        self.passed: tuple[int | None, ...] = ()  # per output, its source (fresh_outputs, ``_sources``)
+        self._merged = False  # whether some output is an argument or None
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
@@ -59,12 +67,19 @@ class CudaGraphRunner:
                 raise ValueError(f"cudagraphs: the graph was captured for inputs {self.signature}, got "
                                  f"{signature}; shapes, strides, dtypes and devices must stay the same "
                                  f"(compile without cudagraphs for dynamic shapes)")
+        if self.varying:
+            layouts = tuple((args[i].shape, args[i].stride()) for i in self.varying)
+            if self.varying_layouts is None:
+                self.varying_layouts = layouts
+            elif layouts != self.varying_layouts:
+                return self.fn(*args)
         self.calls += 1
         if self.calls <= self.warmup:
             self.warm_addresses = [a.data_ptr() for a in args]
             out = self.fn(*args)
             if self.fresh_outputs:
-                self.declined = _uncopyable(out, args)
+                self.declined, self.passed = _output_sources(out, args)
+                self._merged = any(p is not None for p in self.passed)
             return out
         if self.graph is None or not self._feed(args):
             if self.graph is None:
@@ -77,8 +92,14 @@ class CudaGraphRunner:
         if self.fresh_outputs:
             statics = self._output_tensors
             fresh = [torch.empty_like(t) for t in statics]
-            torch._foreach_copy_(fresh, statics)
-            return fresh[0] if isinstance(out, torch.Tensor) else type(out)(fresh)
+            if fresh:
+                torch._foreach_copy_(fresh, statics)
+            if isinstance(out, torch.Tensor):
+                return fresh[0]
+            if self._merged:
+                made = iter(fresh)
+                fresh = [next(made) if p is None else None if p == NO_OUTPUT else args[p] for p in self.passed]
+            return type(out)(fresh)
         return type(out)(out) if isinstance(out, (list, tuple)) else out
 
     def _feed(self, args: Sequence[torch.Tensor]) -> bool:
@@ -105,8 +126,9 @@ class CudaGraphRunner:
         if self.max_copy_bytes is not None and copied > self.max_copy_bytes:
             return f"its inputs copied before each replay would be {copied} bytes (at most {self.max_copy_bytes})"
         self.graph = None
-        self.static_inputs = [a if i in self.pinned else
-                              torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+        # a copied input's buffer keeps its strides where they are dense (an expanded gradient's are
+        # not: its buffer is contiguous, and ``fn`` fits the layout inside the graph)
+        self.static_inputs = [a if i in self.pinned else torch.empty_like(a).copy_(a)
                               for i, a in enumerate(args)]
         try:
             stream = torch.cuda.Stream()
@@ -123,9 +145,16 @@ class CudaGraphRunner:
                 raise
             self.static_inputs, self.static_outputs = [], None
             return f"the capture failed: {type(exc).__name__}: {exc}"
-        self.graph = graph
         out = self.static_outputs
-        self._output_tensors = [out] if isinstance(out, torch.Tensor) else list(out)
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        if self.fresh_outputs:
+            passed = _sources(outs, self.static_inputs)
+            if passed != self.passed:  # the capture's outputs are not the warm-up call's inputs
+                self.static_inputs, self.static_outputs = [], None
+                return "its outputs passed its inputs through at the warm-up call but not at the capture"
+            outs = [t for t, p in zip(outs, passed) if p is None]
+        self.graph = graph
+        self._output_tensors = outs
         return None
 
 
@@ -138,20 +167,34 @@ def _end_failed_capture(device: torch.device) -> None:
         torch.empty(1, device=device).fill_(0)
 
 
-def _uncopyable(out, args: Sequence[torch.Tensor]) -> str | None:
-    """Why fresh copies of ``out`` (the warm-up call's result) would not behave as ``out`` does:
-    not a flat sequence of CUDA tensors, or an output sharing memory with an input or with
-    another output (a view or a pass-through, which a copy would cut loose); None if none."""
+NO_OUTPUT = -1  # ``_sources``: the output is None (a gradient for an input that needs none)
+
+
+def _sources(outs: Sequence, args: Sequence) -> tuple[int | None, ...]:
+    """Per output: the position of the argument it is, ``NO_OUTPUT`` for None, None for a result."""
+    return tuple(NO_OUTPUT if t is None else next((i for i, a in enumerate(args) if t is a), None) for t in outs)
+
+
+def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tuple[int | None, ...]]:
+    """For ``out`` (the warm-up call's result): why fresh copies would not behave as it does (not
+    a flat sequence of CUDA tensors and Nones; an output sharing memory with an input it is not,
+    or with another output, which a copy would cut loose), or None; and its ``_sources``."""
     outs = [out] if isinstance(out, torch.Tensor) else out
-    if not isinstance(outs, (list, tuple)) or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
-        return "its outputs are not a flat sequence of CUDA tensors"
+    if not isinstance(outs, (list, tuple)) or \
+            not all(t is None or isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
+        return "its outputs are not a flat sequence of CUDA tensors", ()
+    passed = _sources(outs, args)
+    if isinstance(out, torch.Tensor) and passed[0] is not None:
+        return "its output is its input", passed
     seen = {a.untyped_storage().data_ptr() for a in args}
-    for t in outs:
+    for t, p in zip(outs, passed):
+        if p is not None:
+            continue
         storage = t.untyped_storage().data_ptr()
         if storage in seen:
-            return "an output shares memory with an input or with another output"
+            return "an output shares memory with an input or with another output", passed
         seen.add(storage)
-    return None
+    return None, passed
 
 
 def _signature(args: Sequence) -> tuple:

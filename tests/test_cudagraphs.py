@@ -71,8 +71,8 @@ def auto_compiled(fn):
     boxes = []
     real_init = CudaGraphBoxed.__init__
 
-    def spy(self, lowered, mode=True):
-        real_init(self, lowered, mode)
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
         boxes.append(self)
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "off"})
@@ -99,15 +99,70 @@ def test_auto_replays_a_small_graph_and_its_outputs_outlive_the_next_call():
     assert box.replays and box.runner.graph is not None
 
 
+def test_auto_replays_a_plain_training_step_and_matches_eager():
+    """Forward and backward each replay; gradients and updated weights match eager's over steps
+    of an optimizer, two forwards before one backward included (each keeps its own saved tensors)."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96), torch.nn.GELU(),
+                                torch.nn.Linear(96, 64)).cuda()
+    reference = copy.deepcopy(model)
+    f, boxes = auto_compiled(model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for step in range(5):
+        x = torch.randn(32, 64, device="cuda")
+        for fn, m in ((f, model), (reference, reference)):
+            fn(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"step {step}: {m}")
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+    assert len(boxes) == 2 and all(box.replays and box.runner.graph is not None for box in boxes)
+    x1, x2 = torch.randn(32, 64, device="cuda"), torch.randn(32, 64, device="cuda")
+    for fn, m in ((f, model), (reference, reference)):
+        (fn(x1).sum() + fn(x2).square().sum()).backward()  # the first gradient expanded: a plain call
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 def test_auto_runs_plainly_where_a_copy_would_not_stand_in_for_the_result():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 
-    runner = CudaGraphRunner(lambda x: (x, x * 2), fresh_outputs=True)  # an output is the input
+    runner = CudaGraphRunner(lambda x: (x[1:], x * 2), fresh_outputs=True)  # an output is a view of the input
     x = torch.randn(8, device="cuda")
     for _ in range(3):
         out = runner(x)
-        assert out[0] is x
+        assert out[0]._base is x
     assert runner.graph is None and "shares memory" in runner.declined
+
+
+def test_auto_passes_inputs_and_nones_through_and_replays_the_rest():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x, w: (x * w, w, None, (x + w).exp()), fresh_outputs=True)
+    w = torch.randn(8, device="cuda")
+    for step in range(4):
+        x = torch.randn(8, device="cuda")  # a new address each call: copied into the graph's buffer
+        got = runner(x, w)
+        assert got[1] is w and got[2] is None
+        torch.testing.assert_close(got[0], x * w, msg=lambda m: f"call {step}: {m}")
+        torch.testing.assert_close(got[3], (x + w).exp(), msg=lambda m: f"call {step}: {m}")
+    assert runner.declined is None and runner.graph is not None
+
+
+def test_varying_strides_run_plainly_and_the_replay_keeps_its_layout():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda g, x: (g * x).sum(0), checked=False, fresh_outputs=True, varying=(0,))
+    x = torch.randn(16, 8, device="cuda")
+    grads = [torch.randn(16, 8, device="cuda"), torch.randn(16, 8, device="cuda"),
+             torch.randn(8, 16, device="cuda").t(), torch.randn(16, 8, device="cuda"),
+             torch.ones((), device="cuda").expand(16, 8)]
+    for step, g in enumerate(grads):
+        torch.testing.assert_close(runner(g, x), (g * x).sum(0), msg=lambda m: f"call {step}: {m}")
+    assert runner.graph is not None and runner.calls == 3  # the transposed and expanded calls ran plainly
 
 
 def test_auto_runs_plainly_when_the_capture_fails():
