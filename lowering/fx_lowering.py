@@ -193,8 +193,11 @@ class FxLowering:
             if size is not None:
                 return tensors.cast(tensors.size_value(size), dt.float64)
             operands = self._arg(node.args)
-            if node.target in _FLOAT_ARITHMETIC and any(isinstance(a, Tensor) for a in operands):
-                return node.target(*operands)  # a 0-d float64 tensor, as Python computes SymFloats in double
+            if node.target in _FLOAT_ARITHMETIC:  # a batch norm's unbiased variance: numel / C
+                operands = [tensors.cast(tensors.size_value(a), dt.float64) if isinstance(a, Index) else a
+                            for a in operands]
+                if any(isinstance(a, Tensor) for a in operands):
+                    return node.target(*operands)  # a 0-d float64 tensor, as Python computes SymFloats in double
         raise LoweringError(f"{node.format_node()}: {node.target} is not an ATen op and its value "
                             f"{val!r} is not a size")
 

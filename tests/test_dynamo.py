@@ -221,6 +221,22 @@ def test_dynamic_shapes_views_and_indexing(case):
             torch.testing.assert_close(cf(x), f(x))
 
 
+def test_batch_norm_in_training_across_batch_sizes():
+    """A second batch size recompiles the graph with a symbolic batch: the running variance's
+    unbiased correction divides the symbolic element count by the channels (a SymFloat of two
+    sizes), which the lowering computes in float64 as Python does."""
+    torch.manual_seed(0)
+    eager = nn.BatchNorm1d(7)
+    compiled_module = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_module, backend="loopnest")
+    for batch in (5, 3, 4):
+        x = torch.randn(batch, 7)
+        torch.testing.assert_close(compiled(x), eager(x), msg=lambda m: f"batch {batch}: {m}")
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(compiled_module, name), getattr(eager, name),
+                                       msg=lambda m: f"batch {batch}, {name}: {m}")
+
+
 def test_dynamic_graphs_pass_tensors_straight_through_unless_a_symbol_needs_a_carrier():
     recorded = []
     softmax = torch.compile(lambda x: torch.softmax(x, -1), backend="loopnest", dynamic=True,
