@@ -177,3 +177,29 @@ def test_ties_of_16_bit_values_hold_in_the_backward(backend, device, case):
     for g, w in zip(got, step(fn, x, y)):
         assert g.isfinite().all()
         torch.testing.assert_close(g, w)
+
+
+LARGE_ROWS = {
+    "softmax_x_times_c": lambda x, t: torch.softmax(x * 0.4472135954999579, -1),
+    "softmax_x_over_3": lambda x, t: torch.softmax(x / 3.0, -1),
+    "softmax_x_over_t": lambda x, t: torch.softmax(x / t, -1),
+    "log_softmax_x_times_c": lambda x, t: torch.log_softmax(x * 0.447, -1),
+    "cross_entropy_x_times_c": lambda x, t: torch.nn.functional.cross_entropy(
+        x * 0.447, torch.arange(x.shape[0]) % x.shape[1], reduction="none"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LARGE_ROWS))
+def test_rows_of_large_values_round_alike_in_every_pass(case):
+    """A row's passes compute its values with the same rounding. A max taken over x * c, and an
+    exp(x * c - max) that g++ contracted into one fused multiply-add, or a max over x / t and an
+    exp pass that divided where the max pass multiplied by a reciprocal, left the row's largest
+    term at exp(rounding error of x * c): beyond exp's range once |x * c| passes about 2^31, so
+    the row came out NaN where eager's is finite."""
+    fn = LARGE_ROWS[case]
+    torch.manual_seed(0)
+    x, t = torch.randn(64, 40) * 1e10, torch.rand(64, 1) + 0.5
+    want = fn(x, t)
+    assert torch.isfinite(want).all()
+    got = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})(x, t)
+    torch.testing.assert_close(got, want)

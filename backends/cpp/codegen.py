@@ -50,6 +50,17 @@ def kernel_symbol(kernel: Kernel) -> str:
     return mangle(KERNEL, kernel.name)
 
 
+def _row_result(e: Expr) -> bool:
+    """Whether ``e`` is computed from this kernel's reductions (and constants) alone."""
+    nodes = list(walk(e))
+    return any(isinstance(n, AccRef) for n in nodes) and not any(isinstance(n, (Load, IndexValue)) for n in nodes)
+
+
+def _reads_memory(e: Expr) -> bool:
+    """Whether ``e`` reads a buffer or a position: a value of each element, not of the row."""
+    return any(isinstance(n, (Load, IndexValue)) for n in walk(e))
+
+
 class CppEmitter(ExprEmitter):
     """Renders expressions as C++ statements."""
 
@@ -162,9 +173,11 @@ class CppEmitter(ExprEmitter):
         if is_int_division(e):  # a zero divisor is an error, as in eager on the CPU
             code = self.sites.index(ZeroDivision(e.op)) + 1
             return f"ln_{e.op.name.lower()}_chk({args[0]}, {args[1]}, ln_err, {code})"
-        if (e.op is Op.TRUEDIV and e.dtype.is_float and self.varying
-                and self.varies(e.args[0]) and not self.varies(e.args[1])):
-            # divide by a per-row value: multiply by its reciprocal, which the compiler hoists
+        if e.op is Op.TRUEDIV and e.dtype.is_float and _row_result(e.args[1]) and _reads_memory(e.args[0]):
+            # divide by a row's reduced value (softmax's sum): multiply by its reciprocal, which
+            # the compiler hoists. Decided by the expression alone, so that every pass of a row
+            # that computes it rounds it alike (a max over x / t and exp(x / t - max) that
+            # disagree overflow at large |x|)
             return f"({args[0]} * ((({ctype(e.dtype)})1) / {args[1]}))"
         if e.op in (Op.ABS, Op.NEG) and e.args[0].dtype.is_bool:
             return args[0]

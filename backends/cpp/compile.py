@@ -33,7 +33,7 @@ log = logging.getLogger("loopnest")
 # that arm it is a branch with a call, which g++ does not if-convert, and the loop stays scalar
 # (a KL divergence's ``where(p == 0, 0, p * log(p))``, an ELU's ``where(x > 0, x, expm1(x))``).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
-         "-fno-trapping-math", "-fno-tree-pre", "-fno-tree-sink", "-fwrapv") + (
+         "-fno-trapping-math", "-fno-tree-pre", "-fno-tree-sink", "-fwrapv", "-ffp-contract=off") + (
     ("-lmvec",) if has_libmvec() else ())
 
 
