@@ -14,7 +14,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..runtime.compiled import InputError
-from .decompositions import decomposition_table, has_decomposition
+from .decompositions import decomposition_table, has_decomposition, holds_backward
 from .dynamo import AtenCompiler
 from .options import CompileOptions
 from .runner import LoweredGraph
@@ -117,7 +117,7 @@ def retrace(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphMod
     """Re-trace ``gm`` functionalized, with the decomposition table, recording traced values;
     a graph traced with symbolic sizes is re-traced symbolically (it stays dynamic)."""
     fn = torch.func.functionalize(torch.fx.Interpreter(gm).run, remove="mutations")
-    table = decomposition_table()
+    table = decomposition_table(training=holds_backward(gm))
     fake_mode = detect_fake_mode(example_inputs)
     if fake_mode is not None:
         with fake_mode:
@@ -138,7 +138,7 @@ def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
 
 # -- ExportedProgram ----------------------------------------------------------------------------------
 def _compile_exported(ep: ExportedProgram, options: CompileOptions) -> "ExportedCallable":
-    ep = ep.run_decompositions(decomposition_table())
+    ep = ep.run_decompositions(decomposition_table(training=holds_backward(ep.graph_module)))
     bound = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind is InputKind.USER_INPUT:

@@ -42,9 +42,27 @@ def _table() -> dict:
     return table
 
 
-def decomposition_table() -> dict:
-    """ATen overload -> decomposition, for AOTAutograd, ``make_fx`` and ``run_decompositions``."""
-    return dict(_table())
+# Kept as ATen calls in training graphs: CPU flash attention's backward (an ATen call) recomputes
+# the scores with its own blocked matmuls and reads the forward's log-sum-exp, so the forward must
+# be ATen's too. Ours rounds the scores differently, and at |scores| beyond ~1e9 the difference is
+# beyond exp's range: the gradients came out NaN where eager's are finite.
+TRAINING_KEEPS = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+TRAINING_OPS = {aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
+
+
+def decomposition_table(training: bool = False) -> dict:
+    """ATen overload -> decomposition, for AOTAutograd, ``make_fx`` and ``run_decompositions``;
+    ``training``: for a graph that is differentiated, or holds a backward (``TRAINING_KEEPS``)."""
+    table = dict(_table())
+    if training:
+        for op in TRAINING_KEEPS:
+            table.pop(op, None)
+    return table
+
+
+def holds_backward(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` (an ATen graph) calls a backward op whose forward ``TRAINING_KEEPS`` keeps."""
+    return any(node.op == "call_function" and node.target in TRAINING_OPS for node in gm.graph.nodes)
 
 
 def table_fingerprint() -> str:

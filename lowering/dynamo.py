@@ -125,8 +125,10 @@ class AtenCompiler:
                 self._counts = counts
             elif aot_cache.plain_inputs(gm, example_inputs, grads=True):
                 self._training_inputs = len(example_inputs)
+        training = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                                   for a in example_inputs)
         aot = aot_autograd(fw_compiler=self.forward, bw_compiler=self.backward,
-                           inference_compiler=self.inference, decompositions=decomposition_table(),
+                           inference_compiler=self.inference, decompositions=decomposition_table(training),
                            partition_fn=self.partition)
         if not hasattr(functorch_config, "decompose_custom_triton_ops"):  # torch < 2.12
             wrapped = aot(gm, example_inputs)

@@ -8,10 +8,10 @@ the log-sum-exp) and ``bmm(p, v)`` are faster: 1.13x for 8 x 4 heads of 128 x 64
 
 The decomposition returns what the ATen op returns, in its layouts: the output laid out as the
 query, and the log-sum-exp of the scaled scores as ``(batch, query, head)`` memory viewed as
-``(batch, head, query)``. AOTAutograd differentiates the op itself (its backward reads both), so
-training graphs stay exact. Anything else (dropout, an explicit mask, grouped heads, 16-bit
-dtypes, symbolic or longer sequences, empty tensors) returns ``NotImplemented``: the op stays an
-ATen call.
+``(batch, head, query)``. Graphs that are differentiated keep ATen's op
+(``decompositions.TRAINING_KEEPS``): its backward recomputes the scores as ATen's forward does.
+Anything else (dropout, an explicit mask, grouped heads, 16-bit dtypes, symbolic or longer
+sequences, empty tensors) returns ``NotImplemented``: the op stays an ATen call.
 """
 from __future__ import annotations
 
