@@ -203,3 +203,25 @@ def test_rows_of_large_values_round_alike_in_every_pass(case):
     assert torch.isfinite(want).all()
     got = torch.compile(fn, backend="loopnest", options={"backend": "cpp", "tune": "off"})(x, t)
     torch.testing.assert_close(got, want)
+
+
+def test_ties_of_a_recomputed_softmax_hold_in_the_backward():
+    """amax over a hand-written softmax of repeated rows: the backward recomputes p = e / sum and
+    compares it with the forward's amax. Both passes must divide alike (a reciprocal multiply in
+    one and a division in the other broke the ties: the gradient was off by 0.13 in 0.3)."""
+    torch.manual_seed(0)
+    emb, lin = torch.nn.Embedding(6, 27), torch.nn.Linear(27, 10)
+
+    def fn(tokens, w, emb_weight):
+        x = torch.nn.functional.embedding(tokens, emb_weight)
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        return (lin((e / e.sum(-1, keepdim=True)).amax(1)) * w).sum()
+
+    tokens, w = torch.randint(0, 6, (7, 8)), torch.randn(7, 10)
+    weight = emb.weight.detach().clone().requires_grad_()
+    torch.compile(fn, backend="loopnest", options={"backend": "cpp"})(tokens, w, weight).backward()
+    reference = emb.weight.detach().double().requires_grad_()
+    with torch.no_grad():
+        lin.double()
+    fn(tokens, w.double(), reference).backward()
+    torch.testing.assert_close(weight.grad.double(), reference.grad, rtol=1e-4, atol=1e-5)
