@@ -73,6 +73,13 @@ def load_module(source: str, interpret: bool) -> ModuleType:
 
 MAX_BOUND = 256  # symbol-value bindings kept per launcher (dynamic shapes)
 
+# debug=True functions (index checks) keep their asserts, not Triton's int32 overflow checks. No
+# contraction of a*b+c into one fused multiply-add: a row's passes must round alike, and a max
+# over x * c next to an exp(x * c - max) that LLVM fused left the row's largest term at exp(the
+# product's rounding error), beyond exp's range at |x * c| above ~2^31 (NaN rows on an H100,
+# where eager's are finite). Explicit fmas (``tl.fma``) stay fused.
+KERNEL_OPTIONS = {"sanitize_overflow": False, "enable_fp_fusion": False}
+
 
 class Launcher:
     """Runs a program's launches. Argument order, constexprs and static grids are fixed once;
@@ -138,8 +145,7 @@ class BoundLaunch:
             args = [syms[a.name] if a.kind == "sym" else None for a in launch.args]
             tensors = [(k, a.kind == "workspace", a.name) for k, a in enumerate(launch.args) if a.kind != "sym"]
             tail = [value for _, value in launch.constexprs] + [index64]  # constexprs in parameter order
-            # debug=True functions (index checks) keep their asserts, not Triton's int32 overflow checks
-            options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "sanitize_overflow": False}
+            options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, **KERNEL_OPTIONS}
             dtypes = [launcher.dtypes[a.name] for a in launch.args if a.kind != "sym"]
             self.steps.append(_Step(fn, programs, args, tensors, tail, options, dtypes))
         self.native = all(isinstance(step.fn, JITFunction) for step in self.steps)  # not interpreted
@@ -335,7 +341,7 @@ def compile_ahead(program: Program, module: ModuleType, dtypes: dict[str, torch.
                 signature[param] = "*" + _SIGNATURE_TYPES[dtype]
         signature.update({name: "constexpr" for name in constexprs})
         source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-        options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, **KERNEL_OPTIONS}
         with triton.knobs.runtime.scope():  # the compiler, never the interpreter
             triton.knobs.runtime.interpret = False
             out.append(triton.compile(source, target=target, options=options))
