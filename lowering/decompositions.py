@@ -46,8 +46,10 @@ def _table() -> dict:
 # the scores with its own blocked matmuls and reads the forward's log-sum-exp, so the forward must
 # be ATen's too. Ours rounds the scores differently, and at |scores| beyond ~1e9 the difference is
 # beyond exp's range: the gradients came out NaN where eager's are finite.
-TRAINING_KEEPS = [aten._scaled_dot_product_flash_attention_for_cpu.default]
-TRAINING_OPS = {aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
+TRAINING_KEEPS = {  # forward -> its backward
+    aten._scaled_dot_product_flash_attention_for_cpu.default:
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+}
 
 
 def decomposition_table(training: bool = False) -> dict:
@@ -62,7 +64,8 @@ def decomposition_table(training: bool = False) -> dict:
 
 def holds_backward(gm: torch.fx.GraphModule) -> bool:
     """Whether ``gm`` (an ATen graph) calls a backward op whose forward ``TRAINING_KEEPS`` keeps."""
-    return any(node.op == "call_function" and node.target in TRAINING_OPS for node in gm.graph.nodes)
+    backwards = set(TRAINING_KEEPS.values())
+    return any(node.op == "call_function" and node.target in backwards for node in gm.graph.nodes)
 
 
 def table_fingerprint() -> str:

@@ -50,15 +50,14 @@ def kernel_symbol(kernel: Kernel) -> str:
     return mangle(KERNEL, kernel.name)
 
 
-def _row_result(e: Expr) -> bool:
-    """Whether ``e`` is computed from this kernel's reductions (and constants) alone."""
-    nodes = list(walk(e))
-    return any(isinstance(n, AccRef) for n in nodes) and not any(isinstance(n, (Load, IndexValue)) for n in nodes)
-
-
 def _reads_memory(e: Expr) -> bool:
     """Whether ``e`` reads a buffer or a position: a value of each element, not of the row."""
     return any(isinstance(n, (Load, IndexValue)) for n in walk(e))
+
+
+def _row_result(e: Expr) -> bool:
+    """Whether ``e`` is computed from this kernel's reductions (and constants) alone."""
+    return not _reads_memory(e) and any(isinstance(n, AccRef) for n in walk(e))
 
 
 class CppEmitter(ExprEmitter):
