@@ -390,9 +390,19 @@ class BoundExtern:
             result = self.fn(*map_leaves(fill, self.args), **map_leaves(fill, self.kwargs))
         results = (result,) if isinstance(result, torch.Tensor) else result
         for (name, sizes, strides), t in zip(self.outs, results):
-            if not getattr(t, self.on_device):  # an op on CPU scalars (scalar_tensor) of a CUDA graph
-                t = t.to(next((b.device for b in buffers.values() if b.device.type == self.device), self.device))
+            if not getattr(t, self.on_device):
+                t = self.moved(t, next((b for b in buffers.values() if getattr(b, self.on_device)), None))
             buffers[name] = t if t.shape == sizes and t.stride() == strides else self.fitted(name, t)
+
+    def moved(self, t: torch.Tensor, near: torch.Tensor | None) -> torch.Tensor:
+        """A result the op left on the CPU in a graph on another device (``scalar_tensor`` with no
+        device, attention's seeds when it draws no dropout), on the graph's device (``near``'s,
+        a tensor there, if given). A 0-d one is filled in, which a CUDA graph can capture (a copy
+        from host memory waits for the stream, which a capture cannot)."""
+        device = self.device if near is None else near.device
+        if t.dim() == 0:
+            return torch.full((), t.item(), dtype=t.dtype, device=device)
+        return t.to(device)
 
     def fitted(self, name: str, t: torch.Tensor) -> torch.Tensor:
         """The op's result ``t`` for output ``name`` in the layout the plan expects (a copy when

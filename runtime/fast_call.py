@@ -148,8 +148,10 @@ def _extern_call(step, names: dict[str, str], bind: Callable[[object, str], str]
         reads = dict.fromkeys(name for name, _ in step.refs)
         lines = ["buffers = {" + ", ".join(f"{n!r}: {names[n]}" for n in reads) + "}", f"{step_var}(buffers)",
                  "r = [" + ", ".join(f"buffers[{out!r}]" for out, *_ in step.outs) + "]"]
+    near = next((names[name] for name, _ in step.refs), "None")  # a tensor on the graph's device
     for k, (out, sizes, strides) in enumerate(step.outs):
         var = names[out] = f"b{len(names)}"
-        lines += [f"{var} = r[{k}]", f"if {var}.shape != {sizes!r} or {var}.stride() != {strides!r}:",
+        lines += [f"{var} = r[{k}]", f"if not {var}.{step.on_device}:", f"    {var} = {step_var}.moved({var}, {near})",
+                  f"if {var}.shape != {sizes!r} or {var}.stride() != {strides!r}:",
                   f"    {var} = {step_var}.fitted({out!r}, {var})"]
     return lines + ["del r"]

@@ -127,6 +127,27 @@ def test_auto_replays_a_plain_training_step_and_matches_eager():
         torch.testing.assert_close(p.grad, q.grad)
 
 
+def test_attention_training_replays_with_its_seeds_on_the_device_at_every_call():
+    """Flash attention's forward leaves its philox seed and offset on the CPU when it draws no
+    dropout: both call paths (the first call's and the written-out plan's) put them on the device,
+    so the forward's outputs look alike at every call and both graphs replay."""
+    torch.manual_seed(0)
+
+    def fn(x):
+        q = k = v = x.unflatten(-1, (4, 16)).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum((1, 3))
+    f, boxes = auto_compiled(fn)
+    for step in range(5):
+        x = torch.randn(8, 128, 64, device="cuda", dtype=torch.half, requires_grad=True)
+        y = x.detach().clone().requires_grad_()
+        g = torch.randn(8, 128, device="cuda", dtype=torch.half)
+        f(x).backward(g)
+        fn(y).backward(g)
+        torch.testing.assert_close(x.grad, y.grad, atol=2e-2, rtol=2e-2, msg=lambda m: f"step {step}: {m}")
+    assert len(boxes) == 2 and all(box.replays and box.runner.graph is not None for box in boxes), \
+        [(box.declined, box.runner.declined) for box in boxes]
+
+
 def test_auto_runs_plainly_where_a_copy_would_not_stand_in_for_the_result():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 
