@@ -14,7 +14,8 @@ bytes per call over ``common.MEMORY_CALLS`` calls after a third as many (0 unles
 Then it measures the warm start of loopnest and of Inductor: a new process per graph compiling it
 from the on-disk caches, timed after imports, CUDA init and a throwaway compile.
 
-Run on the device: python bench/gpu_suite.py [--tuned] [--no-warm] [--copy-gbs 4281] [WORKLOAD ...|new|train]
+Run on the device: python bench/gpu_suite.py [--tuned] [--no-warm] [--copy-gbs GBS] [WORKLOAD ...|new|train]
+(without ``--copy-gbs`` the copy bandwidth is measured at the start of the run, on the card that runs it)
 (``LOOPNEST_WARM_PROFILE=DIR`` writes a cProfile listing of each warm graph's first run there)
 Check the script itself on a CPU: TRITON_INTERPRET=1 python bench/gpu_suite.py --smoke softmax
 """
@@ -209,13 +210,23 @@ def print_warm(warm: dict) -> None:
               f"| {w['lowering']:.3f} | {w['compile']:.3f} | {w['first_run']:.3f} |")
 
 
+def device_copy_gbs() -> float:
+    """This card's copy bandwidth in GB/s (read + write bytes): the median time of copying a
+    1 GiB float32 buffer (many times larger than L2) into another."""
+    buffers = [torch.randn(1 << 28, device="cuda"), torch.empty(1 << 28, device="cuda")]
+    ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), return_mode="median")
+    buffers.clear()
+    torch.cuda.empty_cache()
+    return 2 * (1 << 28) * 4 / (ms / 1e3) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(TEN),
                         help="workload names; 'new' and 'train' stand for the new and the training rows")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-start measurement")
     parser.add_argument("--tuned", action="store_true", help="add loopnest with tune='db' (LOOPNEST_DB)")
-    parser.add_argument("--copy-gbs", type=float, default=4281.0, help="measured copy bandwidth, GB/s")
+    parser.add_argument("--copy-gbs", type=float, help="copy bandwidth, GB/s (default: measured in this run)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--warm-only", action="store_true",
                         help="only the warm start (after one loopnest compile per workload fills the caches)")
@@ -226,7 +237,9 @@ def main() -> None:
     opts.workloads = [n for name in opts.workloads for n in groups.get(name, (name,))]
     size, device = ("tiny", "cpu") if opts.smoke else ("gpu", "cuda")
     dev = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke run)"
-    print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs} GB/s, "
+    if opts.copy_gbs is None:
+        opts.copy_gbs = device_copy_gbs() if device == "cuda" else 4281.0
+    print(f"# GPU suite on {dev}, torch {torch.__version__}, copy ceiling {opts.copy_gbs:.0f} GB/s, "
           f"{time.strftime('%Y-%m-%d')}", flush=True)
     if opts.warm_only:
         for name in opts.workloads:
