@@ -50,7 +50,7 @@ class CudaGraphRunner:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
         self.static_outputs = None
-        self._output_tensors: list[torch.Tensor] = []  # the static outputs, flat (fresh_outputs)
+        self._copy_out: CopyOut | None = None  # how replays copy the static outputs (fresh_outputs)
         self.signature: tuple | None = None
         self.warm_addresses: list[int] = []
         self.pinned: set[int] = set()  # inputs the graph reads where the caller's tensor lies
@@ -90,10 +90,7 @@ class CudaGraphRunner:
         self.graph.replay()
         out = self.static_outputs
         if self.fresh_outputs:
-            statics = self._output_tensors
-            fresh = [torch.empty_like(t) for t in statics]
-            if fresh:
-                torch._foreach_copy_(fresh, statics)
+            fresh = self._copy_out.run()
             if isinstance(out, torch.Tensor):
                 return fresh[0]
             if self._merged:
@@ -154,8 +151,48 @@ class CudaGraphRunner:
                 return "its outputs passed its inputs through at the warm-up call but not at the capture"
             outs = [t for t, p in zip(outs, passed) if p is None]
         self.graph = graph
-        self._output_tensors = outs
+        self._copy_out = CopyOut(outs) if self.fresh_outputs else None
         return None
+
+
+class CopyOut:
+    """Copies a replay's outputs (the graph's static tensors) into fresh memory, one multi-tensor
+    copy launch. Outputs that share their memory (q, k and v split from one projection and saved
+    for a backward) and outputs that do not cover their memory densely (a strided view) are
+    copied as the whole memory they lie in and made again as views of the copy, at their storage
+    offsets and strides: the copies alias one another as the outputs do, and a graph compiled
+    for those strides takes them as they are. Every other output is copied by ``empty_like``,
+    which keeps a dense tensor's strides."""
+
+    def __init__(self, outputs: Sequence[torch.Tensor]):
+        storages: dict[int, list[int]] = {}
+        for k, t in enumerate(outputs):
+            storages.setdefault(t.untyped_storage().data_ptr(), []).append(k)
+        self.sources: list[torch.Tensor] = []  # the static tensors copied, each into fresh memory
+        self.rebuild: list[tuple[int, tuple | None]] = [(0, None)] * len(outputs)  # per output: its copy, view
+        for ks in storages.values():
+            first = outputs[ks[0]]
+            if len(ks) == 1 and torch.empty_like(first).stride() == first.stride():  # dense: kept by empty_like
+                self.rebuild[ks[0]] = (len(self.sources), None)
+                self.sources.append(first)
+                continue
+            whole = torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage())
+            for k in ks:
+                t = outputs[k]
+                self.rebuild[k] = (len(self.sources), (t.dtype, t.storage_offset(), t.shape, t.stride()))
+            self.sources.append(whole)
+
+    def run(self) -> list[torch.Tensor]:
+        """Fresh copies of the outputs, in their order."""
+        fresh = [torch.empty_like(t) for t in self.sources]
+        if fresh:
+            torch._foreach_copy_(fresh, self.sources)
+        return [fresh[k] if view is None else _viewed(fresh[k], *view) for k, view in self.rebuild]
+
+
+def _viewed(memory: torch.Tensor, dtype: torch.dtype, offset: int, shape, strides) -> torch.Tensor:
+    """A ``dtype`` tensor of ``shape`` and ``strides`` at element ``offset`` of ``memory``'s storage."""
+    return torch.empty(0, dtype=dtype, device=memory.device).set_(memory.untyped_storage(), offset, shape, strides)
 
 
 def _end_failed_capture(device: torch.device) -> None:
@@ -178,7 +215,7 @@ def _sources(outs: Sequence, args: Sequence) -> tuple[int | None, ...]:
 def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tuple[int | None, ...]]:
     """For ``out`` (the warm-up call's result): why fresh copies would not behave as it does (not
     a flat sequence of CUDA tensors and Nones; an output sharing memory with an input it is not,
-    or with another output, which a copy would cut loose), or None; and its ``_sources``."""
+    which a copy would cut loose), or None; and its ``_sources``."""
     outs = [out] if isinstance(out, torch.Tensor) else out
     if not isinstance(outs, (list, tuple)) or \
             not all(t is None or isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
@@ -186,14 +223,9 @@ def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tupl
     passed = _sources(outs, args)
     if isinstance(out, torch.Tensor) and passed[0] is not None:
         return "its output is its input", passed
-    seen = {a.untyped_storage().data_ptr() for a in args}
-    for t, p in zip(outs, passed):
-        if p is not None:
-            continue
-        storage = t.untyped_storage().data_ptr()
-        if storage in seen:
-            return "an output shares memory with an input or with another output", passed
-        seen.add(storage)
+    inputs = {a.untyped_storage().data_ptr() for a in args}
+    if any(p is None and t.untyped_storage().data_ptr() in inputs for t, p in zip(outs, passed)):
+        return "an output shares memory with an input", passed
     return None, passed
 
 

@@ -159,6 +159,23 @@ def test_auto_runs_plainly_where_a_copy_would_not_stand_in_for_the_result():
     assert runner.graph is None and "shares memory" in runner.declined
 
 
+def test_auto_replays_outputs_that_share_memory_and_they_keep_sharing_it():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    def fn(x):
+        y = x.exp()
+        return y[:, 0::2], y[:, 1::2], y.sum()
+    runner = CudaGraphRunner(fn, fresh_outputs=True)
+    xs = [torch.randn(16, 8, device="cuda") for _ in range(4)]
+    kept = [runner(x) for x in xs]
+    assert runner.declined is None and runner.graph is not None
+    for x, got in zip(xs, kept):
+        for g, e in zip(got, fn(x)):
+            assert g.stride() == e.stride()
+            torch.testing.assert_close(g, e)
+    assert kept[-1][0].untyped_storage().data_ptr() == kept[-1][1].untyped_storage().data_ptr()
+
+
 def test_auto_passes_inputs_and_nones_through_and_replays_the_rest():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 

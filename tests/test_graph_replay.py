@@ -108,3 +108,31 @@ def test_aten_calls_that_sync_or_cross_devices_do_not():
 def test_an_aten_call_of_a_device_tensor_replays():
     (g,) = lowered_graphs(lambda x, w: torch.relu(x @ w) + 1, torch.randn(16, 32), torch.randn(32, 8))
     assert auto_declines(g) is None
+
+
+def test_copied_outputs_keep_their_strides_and_share_memory_as_the_outputs_did():
+    """``CopyOut`` (a replay's fresh outputs): views of one buffer (q, k, v split from one
+    projection) come back as views of one copy at their offsets and strides, a strided view alone
+    keeps its strides, a dense output is copied alone; every copy holds the values and none is
+    the graph's own memory."""
+    from loopnest.runtime.cudagraphs import CopyOut
+
+    qkv = torch.randn(4, 6, 9)
+    q, k, v = qkv.unflatten(-1, (3, 3)).unbind(-1)  # non-dense views of one buffer
+    column = torch.randn(5, 7)[:, 2]
+    dense = torch.randn(3, 4).t()  # dense, not contiguous
+    empty = torch.randn(0, 3)
+    outputs = [q, dense, k, column, v, empty]
+    copy = CopyOut(outputs)
+    for _ in range(2):
+        got = copy.run()
+        for g, t in zip(got, outputs):
+            assert g.shape == t.shape and g.stride() == t.stride() and g.dtype == t.dtype
+            assert g.storage_offset() == (0 if t is dense else t.storage_offset())
+            torch.testing.assert_close(g, t, rtol=0, atol=0)
+            assert g.numel() == 0 or g.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+        storages = [g.untyped_storage().data_ptr() for g in got]
+        assert storages[0] == storages[2] == storages[4] and len({storages[0], storages[1], storages[3]}) == 3
+        got[0].fill_(7.0)
+        assert (got[2] != 7).all() and (q != 7).all()  # the views interleave without overlapping
+        torch.testing.assert_close(got[4], v, rtol=0, atol=0)
