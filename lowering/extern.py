@@ -16,7 +16,7 @@ from ..ir import dtypes as dt
 from . import conv_layout
 from .carriers import Carrier, carrier_of
 from .registry import LoweringContext, LoweringError
-from .symbolic import shape_of, strides_of
+from .symbolic import shape_of, strides_of, to_index
 from .tensors import in_layout
 
 aten = torch.ops.aten
@@ -135,6 +135,18 @@ def _in_traced_layouts(tree, traced: list):
     return map_leaves(leaf, tree)
 
 
+def _size_output(value, node):
+    """A non-tensor output of an extern, as its traced value says it: None, or a size (cuDNN
+    attention returns its sequence lengths beside its tensors), which follows from the input
+    sizes as a shape does; any other value would come from the data, which the graph cannot know."""
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, (int, torch.SymInt)):
+        return to_index(value)
+    raise LoweringError(f"{node.format_node()}: output {value!r} of {node.target} is neither a tensor nor a "
+                        f"size; loopnest cannot call an op whose outputs depend on data this way")
+
+
 def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
     """The node as an Extern call; returns a DSL tensor or a tuple (None where ATen returns None)."""
     node, val = ctx.node, ctx.val
@@ -153,12 +165,10 @@ def lower_extern(ctx: LoweringContext, args: tuple, kwargs: dict, reason: str):
         return out
     if isinstance(val, (tuple, list)):
         positions = tuple(k for k, v in enumerate(val) if isinstance(v, torch.Tensor))
-        if any(v is not None and not isinstance(v, torch.Tensor) for v in val):
-            raise LoweringError(f"{node.format_node()}: extern with non-tensor outputs is not supported")
         fn = ExternFn(node.target, positions, devices, carriers, tuple(carrier_of(val[k]) for k in positions))
         outs = extern(str(node.target), fn, args, kwargs, [_spec(val[k], node) for k in positions],
                       reason) if positions else ()
         tensors = dict(zip(positions, outs))
-        return tuple(tensors.get(k) for k in range(len(val)))
+        return tuple(tensors[k] if k in tensors else _size_output(v, node) for k, v in enumerate(val))
     raise LoweringError(f"{node.format_node()}: cannot call {node.target} through ATen: its traced "
                         f"output is {type(val).__name__}, not tensors")

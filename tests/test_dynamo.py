@@ -299,6 +299,29 @@ def test_custom_op_passes_through_as_extern():
     torch.testing.assert_close(torch.compile(f, backend="loopnest")(x), f(x))
 
 
+_SIZES_LIB = torch.library.Library("lntest_sizes", "DEF")
+_SIZES_LIB.define("exp_and_rows(Tensor x) -> (Tensor, SymInt, Tensor?)")
+_SIZES_LIB.impl("exp_and_rows", lambda x: (x.exp(), x.shape[0], None), "CPU")
+torch.library.register_fake("lntest_sizes::exp_and_rows", lambda x: (torch.empty_like(x), x.shape[0], None),
+                            lib=_SIZES_LIB)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_op_returning_sizes_beside_tensors_passes_through_as_extern(dynamic):
+    """An ATen call whose results hold sizes beside tensors (cuDNN attention returns its sequence
+    lengths, and a GPU training step with float16 attention calls it): the sizes follow from the
+    input shapes, the symbolic ones included."""
+    def f(x):
+        y, n, none = torch.ops.lntest_sizes.exp_and_rows(x)
+        assert none is None
+        return y * n + 1
+
+    g = torch.compile(f, backend="loopnest", dynamic=dynamic)
+    for rows in (5, 7):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(g(x), f(x))
+
+
 def test_explain_reports_kernels_and_fallbacks():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU())
