@@ -25,15 +25,21 @@ from typing import Callable, Sequence
 import torch
 
 
+# Warm-up calls added, at most, while too many input bytes still move between calls: a backward's
+# saved tensors settle at fixed addresses only once the forward's replays have run a step or two
+SETTLING_CALLS = 4
+
+
 class CudaGraphRunner:
     """Runs ``fn`` (a callable on CUDA tensors of fixed shapes) through a captured CUDA graph.
 
     ``checked``: compare every call's shapes, strides, dtypes and devices with the captured ones
     (a caller whose guards already ensure them, such as Dynamo's, passes False).
     ``fresh_outputs``: return copies of the outputs (see the module docstring); ``max_copy_bytes``:
-    decline when the inputs copied before each replay would exceed it. ``varying``: positions of
-    arguments whose strides no guard fixes (a backward graph's incoming gradients): a call where
-    one differs from the warm-up call's runs ``fn`` plainly."""
+    decline when the inputs copied before each replay would exceed it (after up to
+    ``SETTLING_CALLS`` more warm-up calls, for inputs that settle where they lie). ``varying``:
+    positions of arguments whose strides no guard fixes (a backward graph's incoming gradients):
+    a call where one differs from the warm-up call's runs ``fn`` plainly."""
 
     def __init__(self, fn: Callable, warmup: int = 1, checked: bool = True, fresh_outputs: bool = False,
                  max_copy_bytes: int | None = None, varying: Sequence[int] = ()):
@@ -84,6 +90,9 @@ class CudaGraphRunner:
         if self.graph is None or not self._feed(args):
             if self.graph is None:
                 self.pinned = {i for i, a in enumerate(args) if a.data_ptr() == self.warm_addresses[i]}
+                if self._over_copy_limit(args) and self.calls <= self.warmup + SETTLING_CALLS:
+                    self.warm_addresses = [a.data_ptr() for a in args]  # still moving: one more warm-up
+                    return self.fn(*args)
             self.declined = self._capture(args)
             if self.declined is not None:
                 return self.fn(*args)
@@ -117,11 +126,17 @@ class CudaGraphRunner:
             torch._foreach_copy_(targets, sources)
         return True
 
+    def _copied_bytes(self, args: Sequence[torch.Tensor]) -> int:
+        return sum(a.nbytes for i, a in enumerate(args) if i not in self.pinned)
+
+    def _over_copy_limit(self, args: Sequence[torch.Tensor]) -> bool:
+        return self.max_copy_bytes is not None and self._copied_bytes(args) > self.max_copy_bytes
+
     def _capture(self, args: Sequence[torch.Tensor]) -> str | None:
         """Capture ``fn`` on this runner's input buffers; the reason it declines, if it does."""
-        copied = sum(a.nbytes for i, a in enumerate(args) if i not in self.pinned)
-        if self.max_copy_bytes is not None and copied > self.max_copy_bytes:
-            return f"its inputs copied before each replay would be {copied} bytes (at most {self.max_copy_bytes})"
+        if self._over_copy_limit(args):
+            return (f"its inputs copied before each replay would be {self._copied_bytes(args)} bytes "
+                    f"(at most {self.max_copy_bytes})")
         self.graph = None
         # a copied input's buffer keeps its strides where they are dense (an expanded gradient's are
         # not: its buffer is contiguous, and ``fn`` fits the layout inside the graph)

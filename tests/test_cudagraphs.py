@@ -180,6 +180,23 @@ def test_auto_replays_outputs_that_share_memory_and_they_keep_sharing_it():
     assert kept[-1][0].untyped_storage().data_ptr() == kept[-1][1].untyped_storage().data_ptr()
 
 
+def test_inputs_that_settle_after_a_few_calls_are_read_in_place_and_others_decline():
+    """Over the copy limit, the capture waits (up to ``SETTLING_CALLS`` more calls) for the
+    inputs to stay where they are, as a backward's saved tensors do once the forward replays."""
+    from loopnest.runtime.cudagraphs import SETTLING_CALLS, CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x: x * 2, fresh_outputs=True, max_copy_bytes=0)
+    xs = [torch.randn(64, device="cuda") for _ in range(3)]
+    for x in xs + [xs[-1]] * 3:
+        torch.testing.assert_close(runner(x), x * 2)
+    assert runner.declined is None and runner.graph is not None and runner.pinned == {0}
+    moving = CudaGraphRunner(lambda x: x * 2, fresh_outputs=True, max_copy_bytes=0)
+    for _ in range(SETTLING_CALLS + 3):
+        x = torch.randn(64, device="cuda")
+        torch.testing.assert_close(moving(x), x * 2)
+    assert moving.graph is None and "copied" in moving.declined
+
+
 def test_auto_passes_inputs_and_nones_through_and_replays_the_rest():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 
