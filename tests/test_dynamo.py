@@ -544,3 +544,24 @@ def test_values_of_a_python_random_generator_arrive_in_the_traced_dtype():
     for _ in range(3):  # the first call, then the written-out call plan
         x = torch.randn(5)
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+@pytest.mark.parametrize("options", [{}, {"padding_idx": 3}, {"scale_grad_by_freq": True}])
+def test_embedding_backward_is_atens_and_matches_eager(options):
+    """The embedding's backward stays ATen's ``embedding_dense_backward`` (not a decomposed
+    index_put), with its padding row and frequency scaling."""
+    from loopnest.lowering.decompositions import decomposition_table
+
+    assert torch.ops.aten.embedding_dense_backward.default not in decomposition_table(training=True)
+
+    def f(i, w):
+        return torch.nn.functional.embedding(i, w, **options).tanh().sum()
+
+    torch.manual_seed(0)
+    w = torch.randn(50, 8, requires_grad=True)
+    w_eager = w.detach().clone().requires_grad_()
+    i = torch.randint(0, 50, (4, 30))
+    i[0, :3] = 3
+    torch.compile(f, backend="loopnest")(i, w).backward()
+    f(i, w_eager).backward()
+    torch.testing.assert_close(w.grad, w_eager.grad)
