@@ -28,10 +28,7 @@ EXTRA = [
 # CPU flash attention's core decomposition gives wrong gradients under AOTAutograd on torch 2.13 (a
 # TransformerEncoderLayer backward differs from eager by O(1); see tests/test_dynamo.py): ours
 # (``short_attention``) replaces it for short key sequences and keeps the ATen call elsewhere.
-# embedding_dense_backward: its decomposition is a zero table, a masked index_put with accumulate
-# and an add; with it, an embedding model's training step ran at 0.61x eager on an H100 (Inductor,
-# which decomposes it too, 0.63x). Called through ATen, it is eager's own kernel.
-KEEP = [aten.var_mean.correction, aten.embedding_dense_backward.default]
+KEEP = [aten.var_mean.correction]
 OURS = {aten._scaled_dot_product_flash_attention_for_cpu.default: short_attention}
 
 
