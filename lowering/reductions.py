@@ -10,10 +10,11 @@ from ..dsl import functions as dslf
 from ..dsl.tensor import Tensor
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
-from ..ir.index import Index, product
+from ..ir.index import Index, contiguous_strides, product
 from ..ir.ops import Op
 from . import tensors as T
 from .registry import LoweringContext, register_family, register_lowering
+from .symbolic import shape_of, strides_of
 from .views import norm_dim
 
 aten = torch.ops.aten
@@ -39,6 +40,36 @@ def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tenso
     return reduced if axes else T.copy(T.cast(x, ctx.out_dtype()))
 
 
+MIN_INNER = 64  # elements of the trailing reduced group worth a pass of its own (``_inner_first``)
+
+
+def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The trailing group of reduced axes, where a float sum or mean over ``axes`` is better taken
+    in two passes, that group first: the reduced axes are split by a kept one (``x.mean((0, 2))``
+    of (64, 256, 300)), the last axes are reduced, and the input lies contiguously. One pass gives
+    each output its own segments, a whole row of the kept axis apart; the first of two reads the
+    input in memory order as a row reduction, and the second reduces a small partial result.
+    CPU graphs only. None where one pass is kept."""
+    if not axes or axes[-1] != x.ndim - 1 or x.dtype not in (dt.float32, dt.float64):
+        return None
+    start = axes[-1]
+    while start - 1 in axes:
+        start -= 1
+    if start == axes[0]:
+        return None  # one group of adjacent axes
+    source = ctx.node.args[0].meta.get("val") if isinstance(ctx.node.args[0], torch.fx.Node) else None
+    if not isinstance(source, torch.Tensor) or source.device.type != "cpu" or \
+            strides_of(source) != contiguous_strides(shape_of(source)):
+        return None  # on a GPU each program reads its segments coalesced; not measured there
+    inner = math.prod(_hint(s) for s in source.shape[start:])  # the traced sizes decide, not a guard
+    return tuple(range(start, x.ndim)) if inner >= MIN_INNER else None
+
+
+def _hint(size) -> int:
+    """A traced size as a number: a symbolic one's value at tracing (0 when it has none)."""
+    return size if isinstance(size, int) else (size.node.hint or 0)
+
+
 def _accumulate(reduce, nan_as_zero: bool = False):
     """sum, prod or nansum (``nan_as_zero``), computed in ``dtype`` when one is given."""
     def rule(ctx, x, dim=None, keepdim=False, dtype=None):
@@ -46,6 +77,9 @@ def _accumulate(reduce, nan_as_zero: bool = False):
         if nan_as_zero and x.dtype.is_float:
             x = dslf.where(dslf.apply(Op.ISNAN, x), 0.0, x)
         axes = reduce_axes(x, dim)
+        inner = _inner_first(ctx, x, axes) if reduce is dslf.sum else None
+        if inner is not None:
+            x = dslf.sum(x, inner, True)
         return _or_trivial(ctx, x, axes, reduce(x, axes, keepdim))
 
     return rule
@@ -60,6 +94,9 @@ register_lowering(aten.nansum.default)(_accumulate(dslf.sum, nan_as_zero=True))
 def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
     x = T.cast(x, ctx.out_dtype())
     axes = reduce_axes(x, dim)
+    inner = _inner_first(ctx, x, axes)
+    if inner is not None:
+        x = dslf.mean(x, inner, True)
     return _or_trivial(ctx, x, axes, dslf.mean(x, axes, keepdim))
 
 

@@ -1,0 +1,44 @@
+"""Float sums and means over reduced axes split by a kept one take the trailing group first
+(``lowering.reductions._inner_first``): two kernels, the first a row reduction in memory order."""
+import pytest
+import torch
+
+import loopnest as ln
+
+
+@pytest.mark.parametrize("shape,dims", [((16, 24, 300), (0, 2)), ((3, 5, 7, 200), (0, 1, 3)),
+                                        ((6, 4, 5, 100), (0, 2, 3)), ((6, 4, 5, 100), (1, 3))])
+@pytest.mark.parametrize("reduction", ["mean", "sum_keepdim", "mean_float64", "nansum"])
+def test_reductions_around_a_kept_axis_match_eager_in_two_passes(shape, dims, reduction):
+    fn = {"mean": lambda x: x.mean(dims), "sum_keepdim": lambda x: x.sum(dims, keepdim=True),
+          "mean_float64": lambda x: x.double().mean(dims), "nansum": lambda x: x.nansum(dims)}[reduction]
+    torch.manual_seed(0)
+    x = torch.randn(*shape) + 3
+    x[0, 0, 0] = float("nan") if reduction == "nansum" else x[0, 0, 0]
+    assert len(ln.explain(fn, x).graphs[0].kernels) == 2
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="loopnest")(x)
+    want = fn(x.double()).to(got.dtype)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * shape[-1])
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda x: x.mean((0, 2)), (16, 24, 30)),  # a trailing group too short to pay for a pass
+    (lambda x: x.mean((0, 1)), (16, 24, 300)),  # adjacent axes: one group
+    (lambda x: x.transpose(0, 2).contiguous().mean((0, 2)), (16, 24, 300)),
+    (lambda x: x.to(torch.bfloat16).mean((0, 2)), (16, 24, 300)),  # the partial would round
+    (lambda x: x.amax((0, 2)), (16, 24, 300)),
+])
+def test_other_reductions_stay_one_pass(fn, shape):
+    x = torch.randn(*shape)
+    assert sum(k.kind == "reduction" for k in ln.explain(fn, x).graphs[0].kernels) == 1
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="loopnest")(x), fn(x), rtol=2e-2 if "bfloat16" in str(fn) else 1e-5, atol=1e-4)
+
+
+def test_a_transposed_input_stays_one_pass():
+    x = torch.randn(300, 24, 16).permute(2, 1, 0)  # (16, 24, 300), the last axis strided
+    fn = lambda t: t.mean((0, 2))  # noqa: E731
+    assert len(ln.explain(fn, x).graphs[0].kernels) == 1
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="loopnest")(x), fn(x))
