@@ -46,7 +46,8 @@ MIN_INNER = 64  # elements of the trailing reduced group worth a pass of its own
 def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tuple[int, ...] | None:
     """The trailing group of reduced axes, where a float sum or mean over ``axes`` is better taken
     in two passes, that group first: the reduced axes are split by a kept one (``x.mean((0, 2))``
-    of (64, 256, 300)), the last axes are reduced, and the input lies contiguously. One pass gives
+    of (64, 256, 300)), the last axes are reduced, and the input lies contiguously, read by this
+    reduction alone (beside another, one pass serves both). One pass gives
     each output its own segments, a whole row of the kept axis apart; the first of two reads the
     input in memory order as a row reduction, and the second reduces a small partial result.
     CPU graphs only. None where one pass is kept."""
@@ -57,7 +58,10 @@ def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tupl
         start -= 1
     if start == axes[0]:
         return None  # one group of adjacent axes
-    source = ctx.node.args[0].meta.get("val") if isinstance(ctx.node.args[0], torch.fx.Node) else None
+    node = ctx.node.args[0]
+    if not isinstance(node, torch.fx.Node) or len(node.users) > 1:
+        return None  # other readers of the input (a variance beside the mean) share one pass with it
+    source = node.meta.get("val")
     if not isinstance(source, torch.Tensor) or source.device.type != "cpu" or \
             strides_of(source) != contiguous_strides(shape_of(source)):
         return None  # on a GPU each program reads its segments coalesced; not measured there

@@ -36,6 +36,14 @@ def test_other_reductions_stay_one_pass(fn, shape):
     torch.testing.assert_close(torch.compile(fn, backend="loopnest")(x), fn(x), rtol=2e-2 if "bfloat16" in str(fn) else 1e-5, atol=1e-4)
 
 
+def test_a_mean_beside_a_variance_of_the_same_input_shares_their_one_pass():
+    fn = lambda t: (t.mean((0, 2, 3)), t.var((0, 2, 3)))  # noqa: E731
+    x = torch.randn(4, 6, 10, 10)
+    assert len(ln.explain(fn, x).graphs[0].kernels) == 1
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="loopnest")(x), fn(x))
+
+
 def test_a_transposed_input_stays_one_pass():
     x = torch.randn(300, 24, 16).permute(2, 1, 0)  # (16, 24, 300), the last axis strided
     fn = lambda t: t.mean((0, 2))  # noqa: E731
