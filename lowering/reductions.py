@@ -41,6 +41,9 @@ def _or_trivial(ctx: LoweringContext, x: Tensor, axes, reduced: Tensor) -> Tenso
 
 
 MIN_INNER = 64  # elements of the trailing reduced group worth a pass of its own (``_inner_first``)
+# elements of the input, at least: below, the input sits in a core's cache, where far-apart
+# segments cost little and a second kernel's start (~3 µs) costs more than it saves
+MIN_ELEMENTS = 1 << 20
 
 
 def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -66,7 +69,9 @@ def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tupl
             strides_of(source) != contiguous_strides(shape_of(source)):
         return None  # on a GPU each program reads its segments coalesced; not measured there
     inner = math.prod(_hint(s) for s in source.shape[start:])  # the traced sizes decide, not a guard
-    return tuple(range(start, x.ndim)) if inner >= MIN_INNER else None
+    if inner < MIN_INNER or math.prod(_hint(s) for s in source.shape) < MIN_ELEMENTS:
+        return None
+    return tuple(range(start, x.ndim))
 
 
 def _hint(size) -> int:

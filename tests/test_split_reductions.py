@@ -6,8 +6,8 @@ import torch
 import loopnest as ln
 
 
-@pytest.mark.parametrize("shape,dims", [((16, 24, 300), (0, 2)), ((3, 5, 7, 200), (0, 1, 3)),
-                                        ((6, 4, 5, 100), (0, 2, 3)), ((6, 4, 5, 100), (1, 3))])
+@pytest.mark.parametrize("shape,dims", [((64, 24, 700), (0, 2)), ((12, 5, 7, 3000), (0, 1, 3)),
+                                        ((60, 4, 50, 100), (0, 2, 3)), ((60, 4, 50, 100), (1, 3))])
 @pytest.mark.parametrize("reduction", ["mean", "sum_keepdim", "mean_float64", "nansum"])
 def test_reductions_around_a_kept_axis_match_eager_in_two_passes(shape, dims, reduction):
     fn = {"mean": lambda x: x.mean(dims), "sum_keepdim": lambda x: x.sum(dims, keepdim=True),
@@ -23,11 +23,11 @@ def test_reductions_around_a_kept_axis_match_eager_in_two_passes(shape, dims, re
 
 
 @pytest.mark.parametrize("fn,shape", [
-    (lambda x: x.mean((0, 2)), (16, 24, 30)),  # a trailing group too short to pay for a pass
-    (lambda x: x.mean((0, 1)), (16, 24, 300)),  # adjacent axes: one group
-    (lambda x: x.transpose(0, 2).contiguous().mean((0, 2)), (16, 24, 300)),
-    (lambda x: x.to(torch.bfloat16).mean((0, 2)), (16, 24, 300)),  # the partial would round
-    (lambda x: x.amax((0, 2)), (16, 24, 300)),
+    (lambda x: x.mean((0, 2)), (1024, 24, 60)),  # a trailing group too short to pay for a pass
+    (lambda x: x.mean((0, 2)), (16, 24, 300)),  # an input small enough to sit in a core's cache
+    (lambda x: x.mean((0, 1)), (64, 24, 700)),  # adjacent axes: one group
+    (lambda x: x.to(torch.bfloat16).mean((0, 2)), (64, 24, 700)),  # the partial would round
+    (lambda x: x.amax((0, 2)), (64, 24, 700)),
 ])
 def test_other_reductions_stay_one_pass(fn, shape):
     x = torch.randn(*shape)
@@ -38,14 +38,14 @@ def test_other_reductions_stay_one_pass(fn, shape):
 
 def test_a_mean_beside_a_variance_of_the_same_input_shares_their_one_pass():
     fn = lambda t: (t.mean((0, 2, 3)), t.var((0, 2, 3)))  # noqa: E731
-    x = torch.randn(4, 6, 10, 10)
+    x = torch.randn(64, 6, 50, 60)
     assert len(ln.explain(fn, x).graphs[0].kernels) == 1
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, backend="loopnest")(x), fn(x))
 
 
 def test_a_transposed_input_stays_one_pass():
-    x = torch.randn(300, 24, 16).permute(2, 1, 0)  # (16, 24, 300), the last axis strided
+    x = torch.randn(700, 24, 64).permute(2, 1, 0)  # (64, 24, 700), the last axis strided
     fn = lambda t: t.mean((0, 2))  # noqa: E731
     assert len(ln.explain(fn, x).graphs[0].kernels) == 1
     torch._dynamo.reset()
