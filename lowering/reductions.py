@@ -50,10 +50,10 @@ def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tupl
     """The trailing group of reduced axes, where a float sum or mean over ``axes`` is better taken
     in two passes, that group first: the reduced axes are split by a kept one (``x.mean((0, 2))``
     of (64, 256, 300)), the last axes are reduced, and the input lies contiguously, read by this
-    reduction alone (beside another, one pass serves both). One pass gives
-    each output its own segments, a whole row of the kept axis apart; the first of two reads the
-    input in memory order as a row reduction, and the second reduces a small partial result.
-    CPU graphs only. None where one pass is kept."""
+    reduction alone (beside another, one pass serves both). One pass gives each output its own
+    segments, a whole row of the kept axis apart; the first of two reads the input in memory
+    order as a row reduction, and the second reduces a small partial result. CPU graphs only.
+    None where one pass is kept."""
     if not axes or axes[-1] != x.ndim - 1 or x.dtype not in (dt.float32, dt.float64):
         return None
     start = axes[-1]
