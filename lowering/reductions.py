@@ -68,8 +68,8 @@ def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tupl
     if not isinstance(source, torch.Tensor) or source.device.type != "cpu" or \
             strides_of(source) != contiguous_strides(shape_of(source)):
         return None  # on a GPU each program reads its segments coalesced; not measured there
-    inner = math.prod(_hint(s) for s in source.shape[start:])  # the traced sizes decide, not a guard
-    if inner < MIN_INNER or math.prod(_hint(s) for s in source.shape) < MIN_ELEMENTS:
+    sizes = [_hint(s) for s in source.shape]  # the traced sizes decide, not a guard
+    if math.prod(sizes[start:]) < MIN_INNER or math.prod(sizes) < MIN_ELEMENTS:
         return None
     return tuple(range(start, x.ndim))
 
