@@ -138,3 +138,15 @@ def triton_median_ms(fn, args) -> float:
         return float("nan")
     import triton.testing
     return triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
+
+
+def device_copy_gbs() -> float:
+    """This card's copy bandwidth in GB/s (read + write bytes): the median time of copying a
+    1 GiB float32 buffer (many times larger than L2) into another."""
+    import torch
+    import triton.testing
+    buffers = [torch.randn(1 << 28, device="cuda"), torch.empty(1 << 28, device="cuda")]
+    ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), return_mode="median")
+    buffers.clear()
+    torch.cuda.empty_cache()
+    return 2 * (1 << 28) * 4 / (ms / 1e3) / 1e9

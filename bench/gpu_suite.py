@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from common import median_ms, memory_use, print_memory_table
+from common import device_copy_gbs, median_ms, memory_use, print_memory_table
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
 os.environ.setdefault("LOOPNEST_CACHE_DIR", tempfile.mkdtemp(prefix="loopnest-cold-"))
@@ -208,16 +208,6 @@ def print_warm(warm: dict) -> None:
             continue
         print(f"| {name} | {w.get('inductor', float('nan')):.3f} | {w['total']:.3f} | {w['tracing']:.3f} "
               f"| {w['lowering']:.3f} | {w['compile']:.3f} | {w['first_run']:.3f} |")
-
-
-def device_copy_gbs() -> float:
-    """This card's copy bandwidth in GB/s (read + write bytes): the median time of copying a
-    1 GiB float32 buffer (many times larger than L2) into another."""
-    buffers = [torch.randn(1 << 28, device="cuda"), torch.empty(1 << 28, device="cuda")]
-    ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), return_mode="median")
-    buffers.clear()
-    torch.cuda.empty_cache()
-    return 2 * (1 << 28) * 4 / (ms / 1e3) / 1e9
 
 
 def main() -> None:

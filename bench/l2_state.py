@@ -18,6 +18,7 @@ import statistics
 
 import torch
 
+from common import device_copy_gbs
 from loopnest.autotune.workloads import WORKLOADS
 
 FLUSH_BYTES = 256 << 20  # triton.testing.do_bench's cache buffer
@@ -40,14 +41,6 @@ def event_ms(fn, before, calls: int) -> float:
     return statistics.median(times)
 
 
-def copy_gbs(calls: int) -> float:
-    """Device copy bandwidth on 1 GB buffers (read + write counted), GB/s."""
-    src = torch.randn(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    ms = event_ms(lambda: dst.copy_(src), lambda: None, calls)
-    return 2 * src.numel() * 4 / ms / 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workloads", nargs="+", choices=sorted(n for n, w in WORKLOADS.items() if not w.train))
@@ -55,7 +48,7 @@ def main() -> None:
     a = parser.parse_args()
     cache = torch.empty(FLUSH_BYTES // 4, device="cuda")
     flushes = {"dirty": lambda: cache.zero_(), "clean": lambda: cache.sum(), "warm": lambda: None}
-    gbs = copy_gbs(50)
+    gbs = device_copy_gbs()
     print(f"copy {gbs:.0f} GB/s (1 GB buffers); ms (fraction of copy on each row's minimum bytes)")
     print("| row | variant | dirty | clean | warm | clean / dirty |")
     print("| --- | --- | --- | --- | --- | --- |")
