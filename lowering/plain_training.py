@@ -103,8 +103,11 @@ class PlainStep(torch.autograd.Function):
         return outputs
 
     @staticmethod
+    @torch.compiler.disable(reason="loopnest's compiled backward graph, not for Dynamo to trace")
     @once_differentiable
     def backward(ctx, *grads):
+        # On the CPU the autograd engine runs this on the thread of a compiled step whose
+        # backward broke its graph, under Dynamo's frame hook: untraced, it stays one call.
         plan = ctx.plan
         tangents = [grads[k] for k in plan.split.differentiable]
         return (None, *plan.backward([*ctx.saved_tensors, *tangents]))

@@ -195,3 +195,26 @@ def test_a_backward_taking_transposed_saved_tensors_runs_its_written_call_plan(w
     for _ in range(3):
         grads_match(attention, [q, k, v], atol=1e-5, rtol=1e-4)
     assert not walked
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "wrapper"])
+def test_a_step_calling_backward_compiles_only_its_own_graphs(dynamic):
+    """A compiled step whose ``loss.backward()`` breaks the graph: on the CPU the autograd engine
+    runs the backward on the step's thread, under Dynamo's frame hook, which must leave loopnest's
+    runtime (and, on the wrapper's path, its backward compiler) untraced."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 16), torch.nn.LayerNorm(16))
+    ref = copy.deepcopy(model)
+
+    def step(m, x):
+        loss = m(x).square().mean()
+        loss.backward()
+        return loss
+
+    x = torch.randn(8, 24)
+    import loopnest
+    graphs = loopnest.explain(lambda x: step(model, x), x, backend="cpp", dynamic=dynamic).graphs
+    assert [g.name for g in graphs] == ["fwd", "bwd"]
+    step(ref, x)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
