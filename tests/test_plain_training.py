@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import loopnest
 from loopnest.lowering import plain_training
 
 
@@ -212,7 +213,6 @@ def test_a_step_calling_backward_compiles_only_its_own_graphs(dynamic):
         return loss
 
     x = torch.randn(8, 24)
-    import loopnest
     graphs = loopnest.explain(lambda x: step(model, x), x, backend="cpp", dynamic=dynamic).graphs
     assert [g.name for g in graphs] == ["fwd", "bwd"]
     step(ref, x)
