@@ -93,3 +93,32 @@ def test_per_column_values_are_computed_once_per_column():
     launcher = CppBackend().compile([(kernel, CppConfig())]).launchers[kernel.name]
     launcher({n: out if n in kernel.outputs else a for n in signature(kernel).buffers}, {})
     torch.testing.assert_close(out, torch.log_softmax(a, 1))
+
+
+def _compiled(fn, x, monkeypatch, slab_bytes):
+    """``fn`` compiled for ``x`` with ``PREFETCH_SLAB_BYTES`` at ``slab_bytes``, and its C++."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    with monkeypatch.context() as m:
+        m.setattr(column_rows, "PREFETCH_SLAB_BYTES", slab_bytes)
+        compiled = ln.compile_fx(make_fx(fn)(x), [x], backend="cpp", tune="off")
+    return compiled, compiled.lowered.stats.source_path.read_text()
+
+
+@pytest.mark.parametrize("shape, prefetches", [
+    ((9, 33, 160), True),     # rows not a multiple of a pass, outer count odd
+    ((6, 64, 300), True),
+    ((2, 64, 2000), False),   # 512 KB slabs: beyond PREFETCH_SLAB_BYTES
+    ((4, 8, 3000), False),    # columns in several chunks: the next item is the next chunk
+])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "standardize"])
+def test_passes_over_slabs_prefetch_the_next_slab_without_changing_results(op, shape, prefetches, monkeypatch):
+    fn = {"softmax": lambda t: torch.softmax(t, 1), "log_softmax": lambda t: torch.log_softmax(t, 1),
+          "standardize": lambda t: (t - t.mean(1, keepdim=True)) * (t.var(1, keepdim=True) + 1e-5).rsqrt()}[op]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(5)) * 3
+    on, source = _compiled(fn, x, monkeypatch, column_rows.PREFETCH_SLAB_BYTES)
+    off, plain = _compiled(fn, x, monkeypatch, 0)
+    assert ("__builtin_prefetch" in source) is prefetches
+    assert "__builtin_prefetch" not in plain
+    got = on(x)
+    assert torch.equal(got, off(x)), "a prefetch changes no result"
+    torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)

@@ -947,6 +947,7 @@ class KernelWriter:
             self.out(indent, f"constexpr int64_t w_ = {width};")
         else:
             self.out(indent, f"const int64_t w_ = std::min<int64_t>({width}, {self.c(sizes[-1])} - pc_);")
+        slab = column_rows.next_slab(self, width)
         for phase in range(self.k.num_phases):
             mine, stores = self.phase_parts(phase, accs)
             for a in mine:
@@ -965,7 +966,8 @@ class KernelWriter:
                 self.out(indent, *sums.declare())
                 blocks, lo, hi = open_blocks(self, indent, lo, hi, step)
             if len(rv) == 1:
-                column_rows.write_rows(self, blocks, as_var(rv[0]).name, lo, hi, head, body, column_rows.ROWS_PER_PASS)
+                column_rows.write_rows(self, blocks, as_var(rv[0]).name, lo, hi, head, body, column_rows.ROWS_PER_PASS,
+                                       slab if phase == 1 else None)
             else:
                 r0 = as_var(rv[0]).name
                 self.out(blocks, block_loop(r0, lo, hi))
