@@ -44,6 +44,8 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         return "its sizes are symbolic"
     if not lowered.flat_outputs:
         return "its outputs are not plain results of the graph"
+    if lowered.returns_argument_views:  # the runner would pass its copy's views through
+        return "it returns views of its inputs"
     externs = [step for step in compiled.schedule.steps if isinstance(step, Extern)]
     for step in externs:
         if not _capturable(step.fn, compiled.device):

@@ -20,7 +20,7 @@ from ..ir.index import evaluate
 from ..ir.interpret import strided_view
 from ..pipeline import Tuner, compile_graph
 from ..runtime.compiled import CompiledGraph, InputError, check_tensor, restrided
-from ..runtime.fast_call import MISS
+from ..runtime.fast_call import ARG_VIEW, MISS, arg_view
 from ..core.trees import map_leaves
 from .fx_lowering import FxLowering, LeafKind, LoweredProgram, OutputLeaf, TensorInput
 
@@ -66,6 +66,11 @@ class LoweredGraph:
         them), takes tensors contiguous or at constant strides and writes no input
         (``_direct_outputs``)."""
         return self._direct is not None
+
+    @property
+    def returns_argument_views(self) -> bool:
+        """Whether a flat graph returns views of its arguments (``flat_outputs``)."""
+        return self._direct is not None and any(pick == ARG_VIEW for pick, _ in self._direct.outputs)
 
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
@@ -182,15 +187,17 @@ class _Direct:
     outputs (``kind`` makes the returned value from an iterable of them)."""
 
     positions: tuple[int, ...]
-    outputs: tuple[tuple[bool | None, int], ...]  # (an argument passed through?, its index); (None, 0): None
+    # (an argument passed through?, its index); (None, 0): None; (ARG_VIEW, spec): a view of an argument
+    outputs: tuple[tuple[bool | str | None, object], ...]
     kind: Callable[[Iterable], object]
     device: str
     strides: tuple[tuple[int, ...] | None, ...]  # of each tensor argument: None where contiguous
 
 
-def picked(args: list, outs, picks: tuple[tuple[bool | None, int], ...]) -> Iterator:
+def picked(args: list, outs, picks: tuple[tuple[bool | str | None, object], ...]) -> Iterator:
     """The outputs ``picks`` names (``_Direct.outputs``), from the arguments and compiled results."""
-    return (None if is_arg is None else args[k] if is_arg else outs[k] for is_arg, k in picks)
+    return (None if is_arg is None else arg_view(args, k) if is_arg == ARG_VIEW else args[k] if is_arg else outs[k]
+            for is_arg, k in picks)
 
 
 def only(items: Iterable):
@@ -203,8 +210,9 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     """The pass-through of ``program`` when it has no carriers or mutations, compiled every tensor
     argument contiguous or at constant strides (a backward graph's transposed saved tensors), and
     returns a flat list or tuple of graph results, arguments (a forward graph returns the inputs
-    its backward saves) and Nones (a backward graph's gradients of inputs that need none), or one
-    of them alone; else None. Symbols are no obstacle: without carriers each is a dimension of a
+    its backward saves), views of arguments at constant sizes, strides and offsets (a transposed
+    weight saved for a matmul's backward) and Nones (a backward graph's gradients of inputs that
+    need none), or one of them alone; else None. Symbols are no obstacle: without carriers each is a dimension of a
     tensor argument, which the compiled graph binds itself (its call plans are keyed by the
     shapes), and nothing else here needs them."""
     leaves_, kind = program.outputs, type(program.outputs)
@@ -215,11 +223,33 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
             or any(ti.carrier is not None for ti in program.tensor_inputs)
             or any(s is not None and None in s for s in strides)  # a symbol among them
             or any(not isinstance(leaf, OutputLeaf) or leaf.carrier is not None
-                   or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)) for leaf in leaves_)):
+                   or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)
+                           or _constant_view(leaf) is not None) for leaf in leaves_)):
         return None
-    return _Direct(tuple(ti.position for ti in program.tensor_inputs),
-                   tuple((None, 0) if _is_none(leaf) else (leaf.kind is LeafKind.ARG, leaf.value) for leaf in leaves_),
+    return _Direct(tuple(ti.position for ti in program.tensor_inputs), tuple(_pick(leaf) for leaf in leaves_),
                    kind, device, strides)
+
+
+def _pick(leaf: OutputLeaf) -> tuple[bool | str | None, object]:
+    """``leaf`` as one of ``_Direct.outputs``."""
+    if _is_none(leaf):
+        return None, 0
+    if leaf.kind is LeafKind.ARG_VIEW:
+        return ARG_VIEW, _constant_view(leaf)
+    return leaf.kind is LeafKind.ARG, leaf.value
+
+
+def _constant_view(leaf: OutputLeaf) -> tuple | None:
+    """``(argument, sizes, strides, offset)`` of an ``ARG_VIEW`` leaf whose layout is constant;
+    None for any other leaf."""
+    if leaf.kind is not LeafKind.ARG_VIEW:
+        return None
+    position, layout = leaf.value
+    sizes, strides = [s.as_int() for s in layout.sizes], [s.as_int() for s in layout.strides]
+    offset = layout.offset.as_int()
+    if None in sizes or None in strides or offset is None:
+        return None
+    return position, tuple(sizes), tuple(strides), offset
 
 
 def _is_none(leaf: OutputLeaf) -> bool:

@@ -33,14 +33,24 @@ class _Miss:
 
 
 MISS = _Miss()
+# ``entry``'s picks: ``(ARG_VIEW, (k, sizes, strides, offset))`` returns a view of ``args[k]``, its
+# offset counted from the argument's first element
+ARG_VIEW = "arg_view"
+
+
+def arg_view(args: Sequence[torch.Tensor], spec: tuple) -> torch.Tensor:
+    """The view ``spec`` (``(k, sizes, strides, offset)``) of ``args[k]``."""
+    k, sizes, strides, offset = spec
+    t = args[k]
+    return t.as_strided(sizes, strides, t.storage_offset() + offset)
 
 
 def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
           picks: Sequence[tuple[bool | None, int]], kind: type, poison: bool) -> Callable[[list], object] | None:
     """``fn(args)`` for ``plan``: the plan's inputs are ``args[p]`` for ``p`` in ``positions``,
     then ``constants``; it returns ``kind`` of ``args[k]`` (``(True, k)`` in ``picks``), the
-    plan's result ``k`` (``(False, k)``) or None (``(None, 0)``: a backward graph's gradient of an
-    input that needs none), or ``MISS`` when an input differs from the plan's
+    plan's result ``k`` (``(False, k)``), a view of an argument (``ARG_VIEW``) or None (``(None,
+    0)``: a backward graph's gradient of an input that needs none), or ``MISS`` when an input differs from the plan's
     (shape, dtype, device type, contiguity or the strides it was compiled for), so the caller takes its checked path. ``poison``:
     every buffer it allocates starts filled (``compiled.poison_value``), as in ``run``. None when
     a step has neither a positional form nor known results."""
@@ -117,7 +127,9 @@ def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
         plain = spec is None or (spec[2] == 0 and made.get(name) == (spec[0], spec[1]))
         results.append(names[name] if plain else f"as_view({names[name]}, {spec!r})")
     scope["as_view"] = plan.as_view
-    picked = ["None" if is_arg is None else f"args[{k}]" if is_arg else results[k] for is_arg, k in picks]
+    scope["arg_view"] = arg_view
+    picked = ["None" if is_arg is None else f"arg_view(args, {k!r})" if is_arg == ARG_VIEW
+              else f"args[{k}]" if is_arg else results[k] for is_arg, k in picks]
     lines.append(f"return {bind(kind, 'k')}(({', '.join(picked)}{',' if len(picked) == 1 else ''}))")
     source = "def entry(args):\n" + "".join(f"    {line}\n" for line in lines)
     exec(compile(source, f"<loopnest call plan {plan.name}>", "exec"), scope)  # noqa: S102

@@ -133,8 +133,8 @@ def test_attention_training_replays_with_its_seeds_on_the_device_at_every_call()
     so the forward's outputs look alike at every call. q, k and v, split from one projection and
     saved for the backward, share memory: they are copied together. The backward replays. The
     forward runs plainly: it returns views of its inputs (x and w transposed, saved for the
-    matmul's backward), which the replayed call cannot pass through yet (an H100 in float16,
-    where SDPA picks cuDNN attention, 2026-12-07)."""
+    matmul's backward), which the replayed call cannot pass through yet (measured on an H100 in
+    float16, where SDPA picks cuDNN attention, 2026-12-07)."""
     torch.manual_seed(0)
 
     def fn(x, w):
@@ -153,7 +153,7 @@ def test_attention_training_replays_with_its_seeds_on_the_device_at_every_call()
             torch.testing.assert_close(got, want, atol=5e-2, rtol=2e-2, msg=lambda m: f"step {step}: {m}")
     assert len(boxes) == 2, [(box.declined, box.runner.declined) for box in boxes]
     backward, forward = boxes  # the plain training path boxes its backward graph first
-    assert forward.declined == "its outputs are not plain results of the graph"
+    assert forward.declined == "it returns views of its inputs"
     assert backward.replays and backward.runner.graph is not None, (backward.declined, backward.runner.declined)
 
 

@@ -516,6 +516,33 @@ def test_a_forward_graph_returning_the_inputs_it_saves_takes_the_direct_path():
             assert out[k] is args[leaf.value]  # the argument itself, as AOTAutograd saved it
 
 
+def test_a_forward_graph_returning_views_of_its_inputs_takes_the_direct_path():
+    """A tied output projection saves ``weight.t()`` (a view of an input) for its backward: the
+    direct path and the written-out call plan return that view of the caller's argument."""
+    recorded = []
+    emb = torch.randn(50, 16, requires_grad=True)
+
+    def head(tokens, weight):
+        return torch.log_softmax(Fn.embedding(tokens, weight) @ weight.t(), -1)
+    f = torch.compile(head, backend="loopnest", options={"backend": "cpp", "tune": "off", "recorder": recorded.append})
+    for step in range(3):
+        tokens = torch.randint(0, 50, (4, 7), generator=torch.Generator().manual_seed(step))
+        g = torch.randn(4, 7, 50)
+        got = torch.autograd.grad(f(tokens, emb), emb, g)[0]
+        want = torch.autograd.grad(head(tokens, emb), emb, g)[0]
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    forward = recorded[0]
+    views = [k for k, leaf in enumerate(forward.program.outputs) if leaf.kind == "arg_view"]
+    assert views and forward._direct is not None
+    w = emb.detach()
+    args = [tokens, w] if forward.program.tensor_inputs[0].position == 0 else [w, tokens]
+    for out in (forward.run(list(args)), forward.guarded_call()(*args), forward.guarded_call()(*args)):
+        for k in views:
+            position, layout = forward.program.outputs[k].value
+            assert out[k].untyped_storage().data_ptr() == args[position].untyped_storage().data_ptr()
+            assert out[k].stride() == tuple(s.as_int() for s in layout.strides)
+
+
 @pytest.mark.parametrize("fn", [lambda x: torch.nonzero(x > 0).float().sum() + 1, lambda x: x[x > 0] * 2,
                                 lambda x: torch.unique(x) + 1])
 def test_graphs_with_data_dependent_sizes_run_in_eager(fn, caplog):
