@@ -212,9 +212,9 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     returns a flat list or tuple of graph results, arguments (a forward graph returns the inputs
     its backward saves), views of arguments at constant sizes, strides and offsets (a transposed
     weight saved for a matmul's backward) and Nones (a backward graph's gradients of inputs that
-    need none), or one of them alone; else None. Symbols are no obstacle: without carriers each is a dimension of a
-    tensor argument, which the compiled graph binds itself (its call plans are keyed by the
-    shapes), and nothing else here needs them."""
+    need none), or one of them alone; else None. Symbols are no obstacle: without carriers each
+    is a dimension of a tensor argument, which the compiled graph binds itself (its call plans
+    are keyed by the shapes), and nothing else here needs them."""
     leaves_, kind = program.outputs, type(program.outputs)
     if isinstance(leaves_, OutputLeaf):
         leaves_, kind = (leaves_,), only

@@ -254,7 +254,7 @@ class CallPlan:
         _warm_up([run.warmup for run in self.steps if hasattr(run, "warmup")])
 
     def entry(self, positions: Sequence[int], constants: Sequence[torch.Tensor],
-              picks: Sequence[tuple[bool | None, int]], kind: type, poison: bool):
+              picks: Sequence[tuple[bool | str | None, object]], kind: type, poison: bool):
         """This plan written out as one function of a caller's argument list (``fast_call.entry``),
         or None where a step cannot be."""
         return fast_call.entry(self, positions, constants, picks, kind, poison)

@@ -46,14 +46,16 @@ def arg_view(args: Sequence[torch.Tensor], spec: tuple) -> torch.Tensor:
 
 
 def entry(plan, positions: Sequence[int], constants: Sequence[torch.Tensor],
-          picks: Sequence[tuple[bool | None, int]], kind: type, poison: bool) -> Callable[[list], object] | None:
+          picks: Sequence[tuple[bool | str | None, object]], kind: type,
+          poison: bool) -> Callable[[list], object] | None:
     """``fn(args)`` for ``plan``: the plan's inputs are ``args[p]`` for ``p`` in ``positions``,
     then ``constants``; it returns ``kind`` of ``args[k]`` (``(True, k)`` in ``picks``), the
-    plan's result ``k`` (``(False, k)``), a view of an argument (``ARG_VIEW``) or None (``(None,
-    0)``: a backward graph's gradient of an input that needs none), or ``MISS`` when an input differs from the plan's
-    (shape, dtype, device type, contiguity or the strides it was compiled for), so the caller takes its checked path. ``poison``:
-    every buffer it allocates starts filled (``compiled.poison_value``), as in ``run``. None when
-    a step has neither a positional form nor known results."""
+    plan's result ``k`` (``(False, k)``), a view of an argument (``ARG_VIEW``) or None
+    (``(None, 0)``: a backward graph's gradient of an input that needs none), or ``MISS`` when an
+    input differs from the plan's (shape, dtype, device type, contiguity or the strides it was
+    compiled for), so the caller takes its checked path. ``poison``: every buffer it allocates
+    starts filled (``compiled.poison_value``), as in ``run``. None when a step has neither a
+    positional form nor known results."""
     names: dict[str, str] = {}  # buffer name -> local variable
     scope: dict[str, object] = {"MISS": MISS, "reinterpret": reinterpret_tensor, "empty": plan.empty,
                                 "Tensor": torch.Tensor,
