@@ -4,6 +4,7 @@ columns and for rows split across threads, and used by the split-rows code only 
 partials outgrow L1."""
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import loopnest as ln
 from loopnest.backends.cpp import column_rows
@@ -97,7 +98,6 @@ def test_per_column_values_are_computed_once_per_column():
 
 def _compiled(fn, x, monkeypatch, slab_bytes):
     """``fn`` compiled for ``x`` with ``PREFETCH_SLAB_BYTES`` at ``slab_bytes``, and its C++."""
-    from torch.fx.experimental.proxy_tensor import make_fx
     with monkeypatch.context() as m:
         m.setattr(column_rows, "PREFETCH_SLAB_BYTES", slab_bytes)
         compiled = ln.compile_fx(make_fx(fn)(x), [x], backend="cpp", tune="off")
