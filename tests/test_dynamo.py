@@ -535,7 +535,9 @@ def test_a_forward_graph_returning_views_of_its_inputs_takes_the_direct_path():
     views = [k for k, leaf in enumerate(forward.program.outputs) if leaf.kind == "arg_view"]
     assert views and forward._direct is not None
     w = emb.detach()
-    args = [tokens, w] if forward.program.tensor_inputs[0].position == 0 else [w, tokens]
+    args = [None] * len(forward.program.tensor_inputs)  # in the graph's order: the float one is the weight
+    for ti in forward.program.tensor_inputs:
+        args[ti.position] = w if ti.tensor.dtype.is_float else tokens
     for out in (forward.run(list(args)), forward.guarded_call()(*args), forward.guarded_call()(*args)):
         for k in views:
             position, layout = forward.program.outputs[k].value
