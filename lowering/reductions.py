@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..dsl import functions as dslf
-from ..dsl.tensor import Tensor
+from ..dsl.tensor import ExternSrc, PlaceholderSrc, PointwiseSrc, Tensor, ViewSrc
 from ..ir import dtypes as dt
 from ..ir.dtypes import DType
 from ..ir.index import Index, contiguous_strides, product
@@ -65,13 +65,46 @@ def _inner_first(ctx: LoweringContext, x: Tensor, axes: tuple[int, ...]) -> tupl
     if not isinstance(node, torch.fx.Node) or len(node.users) > 1:
         return None  # other readers of the input (a variance beside the mean) share one pass with it
     source = node.meta.get("val")
-    if not isinstance(source, torch.Tensor) or source.device.type != "cpu" or \
-            strides_of(source) != contiguous_strides(shape_of(source)):
+    if not isinstance(source, torch.Tensor) or source.device.type != "cpu":
         return None  # on a GPU each program reads its segments coalesced; not measured there
+    if not _reads_in_memory_order(ctx, x):
+        return None
     sizes = [_hint(s) for s in source.shape]  # the traced sizes decide, not a guard
     if math.prod(sizes[start:]) < MIN_INNER or math.prod(sizes) < MIN_ELEMENTS:
         return None
     return tuple(range(start, x.ndim))
+
+
+def _reads_in_memory_order(ctx: LoweringContext, x: Tensor) -> bool:
+    """Whether every buffer that computing ``x`` reads is contiguous and indexed as ``x`` is: the
+    elementwise ops above ``x`` are followed down to graph inputs and extern results. A view or a
+    gather on the way (a transposed copy, a broadcast row) reads in another order: False; a
+    broadcast scalar is read once."""
+    inputs = {f"in_{n.name}": n.meta.get("val") for n in ctx.node.graph.nodes if n.op == "placeholder"}
+    stack, seen = [x], set()
+    while stack:
+        t = stack.pop()
+        if t.id in seen:
+            continue
+        seen.add(t.id)
+        if tuple(t.shape) != tuple(x.shape):
+            return False
+        src = t.src
+        if isinstance(src, ViewSrc) and all(s.as_int() == 1 for s in src.base.shape):
+            continue  # a scalar broadcast
+        if isinstance(src, PointwiseSrc):
+            stack.extend(a for a in src.args if isinstance(a, Tensor))
+        elif isinstance(src, PlaceholderSrc):
+            val = inputs.get(src.name)
+            if not isinstance(val, torch.Tensor) or strides_of(val) != contiguous_strides(shape_of(val)):
+                return False
+        elif isinstance(src, ExternSrc):
+            strides = src.call.outputs[src.output][2]
+            if strides is not None and tuple(strides) != tuple(contiguous_strides(t.shape)):
+                return False
+        else:
+            return False
+    return True
 
 
 def _hint(size) -> int:

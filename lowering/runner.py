@@ -221,22 +221,27 @@ def _direct_outputs(program: LoweredProgram, device: str) -> _Direct | None:
     strides = tuple(None if ti.contiguous else tuple(s.as_int() for s in ti.strides) for ti in program.tensor_inputs)
     if (program.carriers or program.mutations or type(leaves_) not in (list, tuple)
             or any(ti.carrier is not None for ti in program.tensor_inputs)
-            or any(s is not None and None in s for s in strides)  # a symbol among them
-            or any(not isinstance(leaf, OutputLeaf) or leaf.carrier is not None
-                   or not (leaf.kind in (LeafKind.GRAPH, LeafKind.ARG) or _is_none(leaf)
-                           or _constant_view(leaf) is not None) for leaf in leaves_)):
+            or any(s is not None and None in s for s in strides)):  # a symbol among them
         return None
-    return _Direct(tuple(ti.position for ti in program.tensor_inputs), tuple(_pick(leaf) for leaf in leaves_),
-                   kind, device, strides)
+    picks = tuple(_pick(leaf) for leaf in leaves_)
+    if None in picks:
+        return None
+    return _Direct(tuple(ti.position for ti in program.tensor_inputs), picks, kind, device, strides)
 
 
-def _pick(leaf: OutputLeaf) -> tuple[bool | str | None, object]:
-    """``leaf`` as one of ``_Direct.outputs``."""
+def _pick(leaf) -> tuple[bool | str | None, object] | None:
+    """``leaf`` as one of ``_Direct.outputs``; None where it cannot be one (a carried value, a
+    view at a symbolic layout, anything but a graph result, an argument or None)."""
+    if not isinstance(leaf, OutputLeaf) or leaf.carrier is not None:
+        return None
     if _is_none(leaf):
         return None, 0
     if leaf.kind is LeafKind.ARG_VIEW:
-        return ARG_VIEW, _constant_view(leaf)
-    return leaf.kind is LeafKind.ARG, leaf.value
+        view = _constant_view(leaf)
+        return None if view is None else (ARG_VIEW, view)
+    if leaf.kind in (LeafKind.GRAPH, LeafKind.ARG):
+        return leaf.kind is LeafKind.ARG, leaf.value
+    return None
 
 
 def _constant_view(leaf: OutputLeaf) -> tuple | None:

@@ -28,6 +28,8 @@ def test_reductions_around_a_kept_axis_match_eager_in_two_passes(shape, dims, re
     (lambda x: x.mean((0, 1)), (64, 24, 700)),  # adjacent axes: one group
     (lambda x: x.to(torch.bfloat16).mean((0, 2)), (64, 24, 700)),  # the partial would round
     (lambda x: x.amax((0, 2)), (64, 24, 700)),
+    (lambda x: x.transpose(0, 2).contiguous().mean((0, 2)), (700, 24, 64)),  # the copy reads strided
+    (lambda x: (x * x[:1]).sum((0, 2)), (64, 24, 700)),  # a broadcast operand
 ])
 def test_other_reductions_stay_one_pass(fn, shape):
     x = torch.randn(*shape)
@@ -35,6 +37,14 @@ def test_other_reductions_stay_one_pass(fn, shape):
     torch._dynamo.reset()
     got, want = torch.compile(fn, backend="loopnest")(x), fn(x)
     torch.testing.assert_close(got, want, rtol=2e-2 if want.dtype == torch.bfloat16 else 1e-5, atol=1e-4)
+
+
+def test_a_sum_of_an_elementwise_product_of_contiguous_inputs_takes_two_passes():
+    fn = lambda a, b: (a * b + 1).sum((0, 2))  # noqa: E731
+    a, b = torch.randn(64, 24, 700), torch.randn(64, 24, 700)
+    assert len(ln.explain(fn, a, b).graphs[0].kernels) == 2
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="loopnest")(a, b), fn(a, b), rtol=1e-4, atol=1e-3)
 
 
 def test_a_mean_beside_a_variance_of_the_same_input_shares_their_one_pass():
