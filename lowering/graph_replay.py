@@ -3,7 +3,8 @@
 ``"auto"`` (the default) replays a graph only where that is invisible to the caller and pays:
 more than one launch (two kernels, or an ATen call, which may launch many), static shapes, no
 writes into its inputs, outputs that are its own results (each returned as a fresh copy, so they
-outlive the next call as eager's do), at most ``POOL_BYTES`` of buffers held by the graph's
+outlive the next call as eager's do), its arguments or views of them (made again from each
+call's arguments), at most ``POOL_BYTES`` of buffers held by the graph's
 memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
 each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
 it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
@@ -44,8 +45,6 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         return "its sizes are symbolic"
     if not lowered.flat_outputs:
         return "its outputs are not plain results of the graph"
-    if lowered.returns_argument_views:  # the runner would pass its copy's views through
-        return "it returns views of its inputs"
     externs = [step for step in compiled.schedule.steps if isinstance(step, Extern)]
     for step in externs:
         if not _capturable(step.fn, compiled.device):

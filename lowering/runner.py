@@ -67,11 +67,6 @@ class LoweredGraph:
         (``_direct_outputs``)."""
         return self._direct is not None
 
-    @property
-    def returns_argument_views(self) -> bool:
-        """Whether a flat graph returns views of its arguments (``flat_outputs``)."""
-        return self._direct is not None and any(pick == ARG_VIEW for pick, _ in self._direct.outputs)
-
     def guarded_call(self) -> Callable:
         """``fn(*args)`` for a caller whose guards ensure every call's arguments have the dtypes,
         devices, sizes and strides of the ones this graph was compiled for (Dynamo's tensor

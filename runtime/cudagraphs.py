@@ -12,9 +12,10 @@ Outputs: with ``fresh_outputs`` (``cudagraphs="auto"``, the default) every repla
 into new tensors, one multi-tensor copy launch, so a caller may keep them as it would keep
 eager's; an output that is one of the inputs (a forward graph returns the inputs its backward
 saves) is that call's input, and a None (a backward's gradient for an input that needs none)
-stays None. The runner then declines, and runs the graph plainly for good, where a copy could
-not stand in for eager's results (an output that is a view of an input, or shares memory with
-another output) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the
+stays None, and a view of an input (a transposed weight saved for a matmul's backward) is made
+again from that call's input, at the same sizes, strides and offset. The runner declines, and
+runs the graph plainly for good, where a copy could not stand in for eager's results (an output
+sharing memory with several inputs) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the
 graph's memory and are overwritten by the next call, as with Inductor's reduce-overhead mode:
 clone them to keep them longer.
 """
@@ -50,8 +51,8 @@ class CudaGraphRunner:
         self.max_copy_bytes = max_copy_bytes
         self.varying = tuple(varying)
         self.varying_layouts: tuple | None = None  # (shape, strides) of each ``varying`` argument
-        self.passed: tuple[int | None, ...] = ()  # per output, its source (fresh_outputs, ``_sources``)
-        self._merged = False  # whether some output is an argument or None
+        self.passed: tuple = ()  # per output, its source (fresh_outputs, ``_sources``)
+        self._merged = False  # whether some output is an argument, a view of one or None
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
@@ -104,7 +105,7 @@ class CudaGraphRunner:
                 return fresh[0]
             if self._merged:
                 made = iter(fresh)
-                fresh = [next(made) if p is None else None if p == NO_OUTPUT else args[p] for p in self.passed]
+                fresh = [next(made) if p is None else _passed(p, args) for p in self.passed]
             return type(out)(fresh)
         return type(out)(out) if isinstance(out, (list, tuple)) else out
 
@@ -220,27 +221,56 @@ def _end_failed_capture(device: torch.device) -> None:
 
 
 NO_OUTPUT = -1  # ``_sources``: the output is None (a gradient for an input that needs none)
+SHARED = -2  # ``_sources``: the output shares memory with several inputs
 
 
-def _sources(outs: Sequence, args: Sequence) -> tuple[int | None, ...]:
-    """Per output: the position of the argument it is, ``NO_OUTPUT`` for None, None for a result."""
-    return tuple(NO_OUTPUT if t is None else next((i for i, a in enumerate(args) if t is a), None) for t in outs)
+def _sources(outs: Sequence, args: Sequence) -> tuple:
+    """Per output: ``NO_OUTPUT`` for None; the position of the argument it is; ``(position,
+    sizes, strides, offset)`` for a view of that argument, its offset counted from the
+    argument's; ``SHARED`` for memory of several arguments; None for a result of its own."""
+    memory: dict[int, list[int]] = {}
+    for i, a in enumerate(args):
+        memory.setdefault(a.untyped_storage().data_ptr(), []).append(i)
+
+    def source(t):
+        if t is None:
+            return NO_OUTPUT
+        owners = memory.get(t.untyped_storage().data_ptr(), [])
+        same = next((i for i in owners if t is args[i]), None)
+        if same is not None or not owners:
+            return same
+        if len(owners) > 1:
+            return SHARED
+        a = args[owners[0]]
+        return owners[0], tuple(t.shape), t.stride(), t.storage_offset() - a.storage_offset()
+
+    return tuple(source(t) for t in outs)
 
 
-def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tuple[int | None, ...]]:
+def _passed(source, args: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The output a ``_sources`` entry other than None names, for this call's ``args``."""
+    if source == NO_OUTPUT:
+        return None
+    if isinstance(source, int):
+        return args[source]
+    k, sizes, strides, offset = source
+    return args[k].as_strided(sizes, strides, args[k].storage_offset() + offset)
+
+
+def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tuple]:
     """For ``out`` (the warm-up call's result): why fresh copies would not behave as it does (not
-    a flat sequence of CUDA tensors and Nones; an output sharing memory with an input it is not,
-    which a copy would cut loose), or None; and its ``_sources``."""
+    a flat sequence of CUDA tensors and Nones; an output that is its input or a view of it alone;
+    an output sharing memory with several inputs, which a view of one could not stand in for),
+    or None; and its ``_sources``."""
     outs = [out] if isinstance(out, torch.Tensor) else out
     if not isinstance(outs, (list, tuple)) or \
             not all(t is None or isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
         return "its outputs are not a flat sequence of CUDA tensors", ()
     passed = _sources(outs, args)
     if isinstance(out, torch.Tensor) and passed[0] is not None:
-        return "its output is its input", passed
-    inputs = {a.untyped_storage().data_ptr() for a in args}
-    if any(p is None and t.untyped_storage().data_ptr() in inputs for t, p in zip(outs, passed)):
-        return "an output shares memory with an input", passed
+        return "its output is its input or a view of it", passed
+    if SHARED in passed:
+        return "an output shares memory with several inputs", passed
     return None, passed
 
 

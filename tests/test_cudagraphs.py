@@ -131,10 +131,9 @@ def test_attention_training_replays_with_its_seeds_on_the_device_at_every_call()
     """Flash attention's forward leaves its philox seed and offset on the CPU when it draws no
     dropout: both call paths (the first call's and the written-out plan's) put them on the device,
     so the forward's outputs look alike at every call. q, k and v, split from one projection and
-    saved for the backward, share memory: they are copied together. The backward replays. The
-    forward runs plainly: it returns views of its inputs (x and w transposed, saved for the
-    matmul's backward), which the replayed call cannot pass through yet (measured on an H100 in
-    float16, where SDPA picks cuDNN attention, 2026-12-07)."""
+    saved for the backward, share memory: they are copied together. Both graphs replay; the
+    forward's views of its inputs (x and w transposed, saved for the matmul's backward) are made
+    again from each call's inputs. In float16 on an H100, SDPA picks cuDNN attention."""
     torch.manual_seed(0)
 
     def fn(x, w):
@@ -153,19 +152,32 @@ def test_attention_training_replays_with_its_seeds_on_the_device_at_every_call()
             torch.testing.assert_close(got, want, atol=5e-2, rtol=2e-2, msg=lambda m: f"step {step}: {m}")
     assert len(boxes) == 2, [(box.declined, box.runner.declined) for box in boxes]
     backward, forward = boxes  # the plain training path boxes its backward graph first
-    assert forward.declined == "it returns views of its inputs"
+    assert forward.replays and forward.runner.graph is not None, (forward.declined, forward.runner.declined)
     assert backward.replays and backward.runner.graph is not None, (backward.declined, backward.runner.declined)
 
 
-def test_auto_runs_plainly_where_a_copy_would_not_stand_in_for_the_result():
+def test_auto_replays_views_of_inputs_as_views_of_each_calls_inputs():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 
-    runner = CudaGraphRunner(lambda x: (x[1:], x * 2), fresh_outputs=True)  # an output is a view of the input
-    x = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(lambda x, w: (x[1:], w.t(), (x * 2).sum() + w.sum()), fresh_outputs=True)
+    for _ in range(4):
+        x, w = torch.randn(8, device="cuda"), torch.randn(6, 4, device="cuda").t()
+        view, wt, total = runner(x, w)
+        assert view._base is x and wt._base is w._base and wt.stride() == (4, 1)
+        torch.testing.assert_close(wt, w.t())
+        torch.testing.assert_close(total, (x * 2).sum() + w.sum())
+    assert runner.declined is None and runner.graph is not None
+
+
+def test_auto_runs_plainly_where_a_view_of_one_input_could_not_stand_in_for_the_result():
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x, y: (x[1:], x * 2), fresh_outputs=True)
+    base = torch.randn(16, device="cuda")
     for _ in range(3):
-        out = runner(x)
-        assert out[0]._base is x
-    assert runner.graph is None and "shares memory" in runner.declined
+        out = runner(base[:8], base[8:])  # two inputs in one memory: the view's source is ambiguous
+        assert out[0].data_ptr() == base[1:].data_ptr()
+    assert runner.graph is None and "several inputs" in runner.declined
 
 
 def test_auto_replays_outputs_that_share_memory_and_they_keep_sharing_it():

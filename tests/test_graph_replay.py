@@ -60,9 +60,9 @@ def test_symbolic_sizes_do_not():
     assert auto_declines(g) == "its sizes are symbolic"
 
 
-def test_an_output_that_is_a_view_of_an_input_does_not():
-    (g,) = lowered_graphs(lambda x: (x.t(), x.sum(0)), torch.randn(16, 8))
-    assert auto_declines(g) == "it returns views of its inputs"
+def test_an_output_that_is_a_view_of_an_input_does_not_stop_it():
+    (g,) = lowered_graphs(lambda x: (x.t(), softmaxes(x)), torch.randn(16, 8))
+    assert auto_declines(g) is None
 
 
 def test_buffers_beyond_the_pool_bound_do_not(monkeypatch):
