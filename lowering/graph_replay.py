@@ -4,8 +4,8 @@
 more than one launch (two kernels, or an ATen call, which may launch many), static shapes, no
 writes into its inputs, outputs that are its own results (each returned as a fresh copy, so they
 outlive the next call as eager's do), its arguments or views of them (made again from each
-call's arguments), at most ``POOL_BYTES`` of buffers held by the graph's
-memory pool, and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
+call's arguments), buffers held by the graph's memory pool within ``pool_bytes`` (a 512th of
+the device's memory, at least 64 MB), and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
 each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
 it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
 only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
@@ -28,7 +28,8 @@ from ..runtime.cudagraphs import CudaGraphRunner
 from .extern import ExternFn
 from .runner import LoweredGraph
 
-POOL_BYTES = 64 << 20
+POOL_BYTES = 64 << 20  # a graph's pool holds at least this much (``pool_bytes``)
+POOL_SHARE = 512  # ... or this share of the device's memory: 156 MB of an H100's 80 GB
 # ~5 µs of memory traffic at 2-3 TB/s: about what the host spends issuing one launch
 BYTES_PER_LAUNCH = 16 << 20
 COPY_BYTES = 16 << 20  # inputs copied before each replay, at most (``CudaGraphRunner.max_copy_bytes``)
@@ -59,12 +60,20 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
         size = evaluate(buffers[name].nbytes, {})
         moved += size
         held += 0 if buffers[name].kind is BufferKind.INPUT else size
-    if held > POOL_BYTES:
-        return f"its buffers take {held} bytes (at most {POOL_BYTES} are held in a graph's pool)"
+    limit = pool_bytes(compiled.device)
+    if held > limit:
+        return f"its buffers take {held} bytes (at most {limit} are held in a graph's pool)"
     launches = len(compiled.steps)  # at least 1: a graph of no step declined above
     if moved > BYTES_PER_LAUNCH * launches:
         return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
     return None
+
+
+def pool_bytes(device: str) -> int:
+    """The most memory one replayed graph's pool may keep on ``device`` between calls."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return POOL_BYTES
+    return max(POOL_BYTES, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // POOL_SHARE)
 
 
 def _capturable(fn, device: str) -> bool:

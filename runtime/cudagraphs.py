@@ -6,7 +6,8 @@ graph. An input found at the same address on the warm-up and the capture call (a
 buffer, an activation the allocator keeps placing there) is captured where it lies, and a replay
 reads it in place; every other input is copied into a buffer this runner owns before each replay
 (copying the parameters too cost a copy launch per weight on every call). Should a pinned input
-move later, the graph is captured again with that input copied.
+move later, the graph is captured again with that input copied; where that would copy more than
+the runner's limit, it first waits a few calls for the inputs to settle at their new addresses.
 
 Outputs: with ``fresh_outputs`` (``cudagraphs="auto"``, the default) every replay copies them
 into new tensors, one multi-tensor copy launch, so a caller may keep them as it would keep
@@ -29,6 +30,10 @@ import torch
 # Warm-up calls added, at most, while too many input bytes still move between calls: a backward's
 # saved tensors settle at fixed addresses only once the forward's replays have run a step or two
 SETTLING_CALLS = 4
+# Times a capture whose pinned inputs moved waits for them to settle again, at most, before the
+# inputs that moved are copied in for good: the forward's own capture moves the backward's saved
+# tensors once, after the backward captured with them pinned
+RESETTLES = 2
 
 
 class CudaGraphRunner:
@@ -61,6 +66,8 @@ class CudaGraphRunner:
         self.signature: tuple | None = None
         self.warm_addresses: list[int] = []
         self.pinned: set[int] = set()  # inputs the graph reads where the caller's tensor lies
+        self.settled_by = warmup + SETTLING_CALLS  # the last call that may wait for inputs to settle
+        self.resettles = 0
         self.declined: str | None = None  # why calls run ``fn`` plainly, once they do
 
     def __call__(self, *args: torch.Tensor):
@@ -89,9 +96,14 @@ class CudaGraphRunner:
                 self._merged = any(p is not None for p in self.passed)
             return out
         if self.graph is None or not self._feed(args):
+            if self.graph is not None and self.resettles < RESETTLES and self._over_copy_limit(args):
+                self.resettles += 1  # pinned inputs moved: wait for them to settle again
+                self.graph, self.settled_by = None, self.calls + SETTLING_CALLS
+                self.warm_addresses = [a.data_ptr() for a in args]
+                return self.fn(*args)
             if self.graph is None:
                 self.pinned = {i for i, a in enumerate(args) if a.data_ptr() == self.warm_addresses[i]}
-                if self._over_copy_limit(args) and self.calls <= self.warmup + SETTLING_CALLS:
+                if self._over_copy_limit(args) and self.calls <= self.settled_by:
                     self.warm_addresses = [a.data_ptr() for a in args]  # still moving: one more warm-up
                     return self.fn(*args)
             self.declined = self._capture(args)

@@ -214,6 +214,19 @@ def test_inputs_that_settle_after_a_few_calls_are_read_in_place_and_others_decli
     assert moving.graph is None and "copied" in moving.declined
 
 
+def test_pinned_inputs_that_move_and_settle_again_are_read_in_place_again():
+    """A backward captured with its saved tensors pinned sees them move once, when the forward
+    starts replaying; over the copy limit it waits for them to settle at their new addresses."""
+    from loopnest.runtime.cudagraphs import CudaGraphRunner
+
+    runner = CudaGraphRunner(lambda x: x * 2, fresh_outputs=True, max_copy_bytes=0)
+    first, second = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    for x in [first] * 3 + [second] * 4:
+        torch.testing.assert_close(runner(x), x * 2)
+    assert runner.declined is None and runner.graph is not None and runner.pinned == {0}
+    assert runner.resettles == 1 and runner.static_inputs[0] is second
+
+
 def test_auto_passes_inputs_and_nones_through_and_replays_the_rest():
     from loopnest.runtime.cudagraphs import CudaGraphRunner
 
