@@ -32,7 +32,10 @@ POOL_BYTES = 64 << 20  # a graph's pool holds at least this much (``pool_bytes``
 POOL_SHARE = 512  # ... or this share of the device's memory: 156 MB of an H100's 80 GB
 # ~5 µs of memory traffic at 2-3 TB/s: about what the host spends issuing one launch
 BYTES_PER_LAUNCH = 16 << 20
-COPY_BYTES = 16 << 20  # inputs copied before each replay, at most (``CudaGraphRunner.max_copy_bytes``)
+# ~20 µs of traffic: what the host spends on a call itself besides its launches (checks, the call
+# plan, a training step's autograd wrapper; embedding_head's forward took 50 µs a launch all told)
+BYTES_PER_CALL = 64 << 20
+COPY_BYTES = 16 << 20  # inputs copied before each replay, at least this much allowed (``copy_limit``)
 # ATen ops whose results' sizes or values reach the host: they synchronize, and a capture fails
 _SYNCS = {torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output}
 
@@ -52,21 +55,42 @@ def auto_declines(lowered: LoweredGraph) -> str | None:
             return f"its ATen call {step.target} may wait on the GPU, which a capture cannot"
     if len(compiled.steps) < 2 and not externs:
         return "it is one kernel: a replay and the copy of its outputs would launch twice"
+    launches, moved, held = _traffic(lowered)
+    limit = pool_bytes(compiled.device)
+    if held > limit:
+        return f"its buffers take {held} bytes (at most {limit} are held in a graph's pool)"
+    if moved > _host_bound_bytes(launches):
+        return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
+    return None
+
+
+def _traffic(lowered: LoweredGraph) -> tuple[int, int, int]:
+    """(launches, bytes moved, bytes held outside the inputs) of a call of a static graph: every
+    buffer in memory counted once (the rest live in registers)."""
+    compiled = lowered.compiled
     buffers = compiled.graph.buffers
     materialized = {*compiled.graph.inputs, *(o.buffer for o in compiled.graph.outputs),
-                    *compiled.schedule.intermediates, *compiled.extern_outputs}  # the rest live in registers
+                    *compiled.schedule.intermediates, *compiled.extern_outputs}
     held = moved = 0
     for name in materialized:
         size = evaluate(buffers[name].nbytes, {})
         moved += size
         held += 0 if buffers[name].kind is BufferKind.INPUT else size
-    limit = pool_bytes(compiled.device)
-    if held > limit:
-        return f"its buffers take {held} bytes (at most {limit} are held in a graph's pool)"
-    launches = len(compiled.steps)  # at least 1: a graph of no step declined above
-    if moved > BYTES_PER_LAUNCH * launches:
-        return f"its {launches} launches move {moved} bytes: bound by the GPU, not by the host"
-    return None
+    return len(compiled.steps), moved, held
+
+
+def copy_limit(lowered: LoweredGraph) -> int:
+    """The most input bytes a replay of ``lowered`` may copy in before it runs: ``COPY_BYTES``,
+    or what keeps the graph's traffic, copies included, within the bound under which issuing the
+    call costs the host more than the GPU's work (``_host_bound_bytes``)."""
+    launches, moved, _ = _traffic(lowered)
+    return max(COPY_BYTES, _host_bound_bytes(launches) - moved)
+
+
+def _host_bound_bytes(launches: int) -> int:
+    """The most memory traffic a call of ``launches`` launches may have for the host's work to
+    issue it to take longer than the GPU's to run it."""
+    return BYTES_PER_CALL + BYTES_PER_LAUNCH * launches
 
 
 def pool_bytes(device: str) -> int:
@@ -96,7 +120,8 @@ class CudaGraphBoxed:
         self.declined = auto_declines(lowered) if mode == "auto" else \
             ("it writes into its inputs" if lowered.program.mutations else None)
         self.runner = CudaGraphRunner(lambda *args: lowered.run(list(args)), warmup, checked=mode is True,
-                                      fresh_outputs=mode == "auto", max_copy_bytes=COPY_BYTES if mode == "auto" else None,
+                                      fresh_outputs=mode == "auto",
+                                      max_copy_bytes=copy_limit(lowered) if self.declined is None and mode == "auto" else None,
                                       varying=varying)
         self._boxed_call = True
 

@@ -74,6 +74,7 @@ def test_buffers_beyond_the_pool_bound_do_not(monkeypatch):
 def test_launches_that_stream_many_bytes_do_not(monkeypatch):
     (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
     moved = (2 * 64 * 80 + 2 * 80) * 4  # x, the sum, the column statistics (the rest stays in registers)
+    monkeypatch.setattr(graph_replay, "BYTES_PER_CALL", 0)
     monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", moved // 2 - 1)
     assert "bound by the GPU" in auto_declines(g)
     monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", moved // 2)
@@ -136,3 +137,14 @@ def test_copied_outputs_keep_their_strides_and_share_memory_as_the_outputs_did()
         got[0].fill_(7.0)
         assert (got[2] != 7).all() and (q != 7).all()  # the views interleave without overlapping
         torch.testing.assert_close(got[4], v, rtol=0, atol=0)
+
+
+def test_a_replay_may_copy_in_what_keeps_its_traffic_within_the_per_launch_bound(monkeypatch):
+    (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
+    moved = (2 * 64 * 80 + 2 * 80) * 4
+    monkeypatch.setattr(graph_replay, "COPY_BYTES", 0)
+    monkeypatch.setattr(graph_replay, "BYTES_PER_CALL", moved // 2)
+    monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", moved)
+    assert graph_replay.copy_limit(g) == moved // 2 + 2 * moved - moved
+    monkeypatch.setattr(graph_replay, "COPY_BYTES", 5 * moved)
+    assert graph_replay.copy_limit(g) == 5 * moved
