@@ -26,7 +26,7 @@ EXTRA = [
 ]
 # Not decomposed: var_mean has a rule of its own (one Welford pass instead of several reductions);
 # an embedding's backward stays ATen's kernel (the core decomposition, a zero-filled index_put that
-# accumulates, took 7x as long on the CPU and 5x the host time on an H100);
+# accumulates, took 7x as long on the CPU and 6x the host time on an H100);
 # CPU flash attention's core decomposition gives wrong gradients under AOTAutograd on torch 2.13 (a
 # TransformerEncoderLayer backward differs from eager by O(1); see tests/test_dynamo.py): ours
 # (``short_attention``) replaces it for short key sequences and keeps the ATen call elsewhere.

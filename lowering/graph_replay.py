@@ -5,10 +5,10 @@ more than one launch (two kernels, or an ATen call, which may launch many), stat
 writes into its inputs, outputs that are its own results (each returned as a fresh copy, so they
 outlive the next call as eager's do), its arguments or views of them (made again from each
 call's arguments), buffers held by the graph's memory pool within ``pool_bytes`` (a 512th of
-the device's memory, at least 64 MB), and little memory traffic per launch (``BYTES_PER_LAUNCH``): where
-each kernel is short, the host's work to issue it is what a call waits on, and the replay saves
-it; where kernels stream hundreds of MB the GPU is the bound, and copying the outputs out would
-only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
+the device's memory, at least 64 MB), and little memory traffic per call and launch
+(``BYTES_PER_CALL``, ``BYTES_PER_LAUNCH``): where each kernel is short, the host's work to
+issue it is what a call waits on, and the replay saves it; where kernels stream hundreds of MB
+the GPU is the bound, and copying the outputs out would only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
 (outputs overwritten by the next call); ``False`` never replays.
 
 A plain training step's forward and backward graphs (``plain_training``) replay by ``"auto"``'s

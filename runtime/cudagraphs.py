@@ -16,9 +16,9 @@ saves) is that call's input, and a None (a backward's gradient for an input that
 stays None, and a view of an input (a transposed weight saved for a matmul's backward) is made
 again from that call's input, at the same sizes, strides and offset. The runner declines, and
 runs the graph plainly for good, where a copy could not stand in for eager's results (an output
-sharing memory with several inputs) or where the capture fails. Without it (``cudagraphs=True``) outputs live in the
-graph's memory and are overwritten by the next call, as with Inductor's reduce-overhead mode:
-clone them to keep them longer.
+sharing memory with several inputs) or where the capture fails. Without it
+(``cudagraphs=True``) outputs live in the graph's memory and are overwritten by the next call,
+as with Inductor's reduce-overhead mode: clone them to keep them longer.
 """
 from __future__ import annotations
 
