@@ -47,6 +47,8 @@ def cases(device: str = "cpu") -> dict:
                                    (randn(4096, 5120, dtype=bf16), randn(5120, dtype=bf16))),
         "sum dim1 256x1000x30": (lambda x: x.sum(1), (randn(256, 1000, 30),)),
         "mean dims 0,2 64x256x300": (lambda x: x.mean((0, 2)), (randn(64, 256, 300),)),
+        "mean dims 0,2 of a transposed copy 700x256x64": (lambda x: x.transpose(0, 2).contiguous().mean((0, 2)),
+                                                          (randn(700, 256, 64),)),
         "sum dims 0,2 32x512x96": (lambda x: x.sum((0, 2)), (randn(32, 512, 96),)),
         "mean dims 0,2,3 NCHW 32x64x56x56": (lambda x: x.mean((0, 2, 3)), (randn(32, 64, 56, 56),)),
         "var dim0 1000x4097": (lambda x: x.var(0), (randn(1000, 4097),)),

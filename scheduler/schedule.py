@@ -9,6 +9,7 @@ from .kernel import Kernel
 from .memory import MemoryPlan, plan_memory
 from .one_hot import fold_one_hot_sums
 from .online_softmax import flush_exp_terms
+from .reduced_order import reduced_in_memory_order
 from .split_runs import split_into_runs
 
 Step = Kernel | Extern
@@ -61,6 +62,7 @@ def schedule(graph: Graph, name: str = "kernel", plan: bool = True, across_rows:
         if not needed:
             continue  # dead code
         kernel = flush_exp_terms(fold_one_hot_sums(build_kernel(g, graph, needed, f"ln_{name}_{kernel_count}")))
+        kernel = reduced_in_memory_order(kernel)
         kernel_count += 1
         kernels, added = split_into_runs(kernel, split_rows_below) if split_runs else ([kernel], {})
         buffers |= added

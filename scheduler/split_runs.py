@@ -28,6 +28,7 @@ from ..ir.nodes import Buffer, KReduction, KStore, Layout, domain_vars
 from ..ir.ops import Op, ReduceOp
 from .kernel import Kernel
 from .merge_dims import merged_reduced_dims
+from .reduced_order import memory_order
 
 MIN_RUN = 32  # elements: a shorter run costs more in per-row work and partials than it saves
 COMBINE_AS_REDUCED = frozenset({ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.ANY,
@@ -91,12 +92,7 @@ def _run_order(merged: Kernel) -> list[Index]:
     order the runs lie in ``merged``'s largest input."""
     biggest = max((ld for r in merged.reductions for ld in loads(r.body)),
                   key=lambda ld: merged.buffers[ld.buffer].nbytes.as_int() or 0)
-    return _memory_order(list(merged.pvars()) + list(merged.rvars()[:-1]), _flat(merged, biggest))
-
-
-def _memory_order(dims: list[Index], flat: Index) -> list[Index]:
-    """``dims`` outermost first as ``flat`` walks them: by falling stride, ties in their order."""
-    return sorted(dims, key=lambda v: -(stride_along(flat, as_var(v)) or 0))
+    return memory_order(list(merged.pvars()) + list(merged.rvars()[:-1]), _flat(merged, biggest))
 
 
 def _partials(name: str, merged: Kernel, order: list[Index]) -> tuple[Kernel, dict[tuple[str, int], Buffer]]:
@@ -180,7 +176,7 @@ def _apply(kernel: Kernel, stats: dict[tuple[str, int], Buffer]) -> Kernel:
     """``kernel``'s element stores as a pointwise kernel over its rows and reduced dims, in the
     order its first store walks memory, reading the statistics the combine kernel stored."""
     first = kernel.elem_stores[0]
-    dims = _memory_order(list(kernel.pvars() + kernel.rvars()),
+    dims = memory_order(list(kernel.pvars() + kernel.rvars()),
                          kernel.buffers[first.buffer].layout.flat_index(first.index))
     domain = tuple(as_var(v).size for v in dims)
     new_p = domain_vars(domain, "p")
