@@ -177,7 +177,7 @@ def _apply(kernel: Kernel, stats: dict[tuple[str, int], Buffer]) -> Kernel:
     order its first store walks memory, reading the statistics the combine kernel stored."""
     first = kernel.elem_stores[0]
     dims = memory_order(list(kernel.pvars() + kernel.rvars()),
-                         kernel.buffers[first.buffer].layout.flat_index(first.index))
+                        kernel.buffers[first.buffer].layout.flat_index(first.index))
     domain = tuple(as_var(v).size for v in dims)
     new_p = domain_vars(domain, "p")
     mapping = {as_var(v): p for v, p in zip(dims, new_p)}

@@ -139,7 +139,7 @@ def test_copied_outputs_keep_their_strides_and_share_memory_as_the_outputs_did()
         torch.testing.assert_close(got[4], v, rtol=0, atol=0)
 
 
-def test_a_replay_may_copy_in_what_keeps_its_traffic_within_the_per_launch_bound(monkeypatch):
+def test_a_replay_may_copy_in_what_keeps_its_traffic_within_the_host_bound(monkeypatch):
     (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
     moved = (2 * 64 * 80 + 2 * 80) * 4
     monkeypatch.setattr(graph_replay, "COPY_BYTES", 0)
