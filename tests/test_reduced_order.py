@@ -34,3 +34,16 @@ def test_an_arg_reduction_keeps_the_views_order_for_its_ties():
     fn = lambda t: t.permute(2, 1, 0).argmax()  # noqa: E731
     torch._dynamo.reset()
     assert torch.equal(torch.compile(fn, backend="loopnest", options={"backend": "cpp"})(x), fn(x))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.transpose(0, 2).contiguous().mean((0, 2)),
+    lambda x: torch.var_mean(x.permute(2, 1, 0), (0, 2)),
+])
+def test_reordered_reductions_through_triton(fn):
+    """The same kernels rendered by the Triton backend (its interpreter without a GPU)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(14, 6, 40, generator=torch.Generator().manual_seed(3)).to(device)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="loopnest", options={"backend": "triton", "tune": "off"})(x)
+    torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
