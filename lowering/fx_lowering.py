@@ -27,7 +27,7 @@ from ..ir.nodes import Graph, Layout, domain_vars
 from . import extern as ext
 from . import row_order, symbolic, tensors
 from .carriers import Carrier, carrier_of
-from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported
+from .registry import LOWERINGS, LoweringContext, LoweringError, Unsupported, input_name
 from .symbolic import shape_of, strides_of, to_index
 from .tensors import in_layout
 
@@ -113,10 +113,10 @@ class FxLowering:
             carrier = carrier_of(val)
             contiguous = val.is_contiguous()
             if carrier is None:
-                t = placeholder(f"in_{node.name}", shape, dt.to_dtype(val.dtype))
+                t = placeholder(input_name(node), shape, dt.to_dtype(val.dtype))
                 strides = contiguous_strides(shape) if contiguous else strides_of(val)
             else:
-                t = placeholder(f"in_{node.name}", carrier.shape(shape), carrier.ir_dtype)
+                t = placeholder(input_name(node), carrier.shape(shape), carrier.ir_dtype)
                 strides = contiguous_strides(t.shape) if contiguous else carrier.strides(strides_of(val))
                 self.carried[t.id] = carrier
             self.tensor_inputs.append(TensorInput(position, t, contiguous, strides, carrier))

@@ -8,8 +8,9 @@ call's arguments), buffers held by the graph's memory pool within ``pool_bytes``
 the device's memory, at least 64 MB), and little memory traffic per call and launch
 (``BYTES_PER_CALL``, ``BYTES_PER_LAUNCH``): where each kernel is short, the host's work to
 issue it is what a call waits on, and the replay saves it; where kernels stream hundreds of MB
-the GPU is the bound, and copying the outputs out would only add to it. ``True`` replays every static inference graph with reduce-overhead semantics
-(outputs overwritten by the next call); ``False`` never replays.
+the GPU is the bound, and copying the outputs out would only add to it. ``True`` replays every
+static inference graph with reduce-overhead semantics (outputs overwritten by the next call);
+``False`` never replays.
 
 A plain training step's forward and backward graphs (``plain_training``) replay by ``"auto"``'s
 rules under either mode: their outputs are saved for the backward or become gradients, which no

@@ -13,7 +13,7 @@ from ..ir.dtypes import DType
 from ..ir.index import Index, contiguous_strides, product
 from ..ir.ops import Op
 from . import tensors as T
-from .registry import LoweringContext, register_family, register_lowering
+from .registry import LoweringContext, input_name, register_family, register_lowering
 from .symbolic import shape_of, strides_of
 from .views import norm_dim
 
@@ -80,7 +80,7 @@ def _reads_in_memory_order(ctx: LoweringContext, x: Tensor) -> bool:
     elementwise ops above ``x`` are followed down to graph inputs and extern results. A view or a
     gather on the way (a transposed copy, a broadcast row) reads in another order: False; a
     broadcast scalar is read once."""
-    inputs = {f"in_{n.name}": n.meta.get("val") for n in ctx.node.graph.nodes if n.op == "placeholder"}
+    inputs = {input_name(n): n.meta.get("val") for n in ctx.node.graph.nodes if n.op == "placeholder"}
     stack, seen = [x], set()
     while stack:
         t = stack.pop()

@@ -31,6 +31,11 @@ class Unsupported(Exception):
     """Raised by a rule for a case it does not cover; the node falls back to an Extern call."""
 
 
+def input_name(node: torch.fx.Node) -> str:
+    """The name of the DSL placeholder that stands for graph input ``node``."""
+    return f"in_{node.name}"
+
+
 def register_lowering(*ops: OpOverload):
     """Decorator: ``fn`` lowers each of ``ops`` (ATen overloads such as ``aten.add.Tensor``)."""
 

@@ -26,6 +26,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from .fast_call import arg_view
+
 
 # Warm-up calls added, at most, while too many input bytes still move between calls: a backward's
 # saved tensors settle at fixed addresses only once the forward's replays have run a step or two
@@ -239,7 +241,8 @@ SHARED = -2  # ``_sources``: the output shares memory with several inputs
 def _sources(outs: Sequence, args: Sequence) -> tuple:
     """Per output: ``NO_OUTPUT`` for None; the position of the argument it is; ``(position,
     sizes, strides, offset)`` for a view of that argument, its offset counted from the
-    argument's; ``SHARED`` for memory of several arguments; None for a result of its own."""
+    argument's (``fast_call.arg_view``'s spec); ``SHARED`` for memory of several arguments; None
+    for a result of its own."""
     memory: dict[int, list[int]] = {}
     for i, a in enumerate(args):
         memory.setdefault(a.untyped_storage().data_ptr(), []).append(i)
@@ -265,8 +268,7 @@ def _passed(source, args: Sequence[torch.Tensor]) -> torch.Tensor | None:
         return None
     if isinstance(source, int):
         return args[source]
-    k, sizes, strides, offset = source
-    return args[k].as_strided(sizes, strides, args[k].storage_offset() + offset)
+    return arg_view(args, source)
 
 
 def _output_sources(out, args: Sequence[torch.Tensor]) -> tuple[str | None, tuple]:
