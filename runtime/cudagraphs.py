@@ -18,7 +18,9 @@ again from that call's input, at the same sizes, strides and offset. The runner 
 runs the graph plainly for good, where a copy could not stand in for eager's results (an output
 sharing memory with several inputs) or where the capture fails. Without it
 (``cudagraphs=True``) outputs live in the graph's memory and are overwritten by the next call,
-as with Inductor's reduce-overhead mode: clone them to keep them longer.
+as with Inductor's reduce-overhead mode: clone them to keep them longer. Outputs that are inputs
+or views of them are still that call's inputs and views, in either mode: never the buffers the
+graph read them from.
 """
 from __future__ import annotations
 
@@ -93,9 +95,10 @@ class CudaGraphRunner:
         if self.calls <= self.warmup:
             self.warm_addresses = [a.data_ptr() for a in args]
             out = self.fn(*args)
-            if self.fresh_outputs:
-                self.declined, self.passed = _output_sources(out, args)
-                self._merged = any(p is not None for p in self.passed)
+            declined, self.passed = _output_sources(out, args)
+            if self.fresh_outputs or SHARED in self.passed:
+                self.declined = declined
+            self._merged = any(p is not None for p in self.passed)
             return out
         if self.graph is None or not self._feed(args):
             if self.graph is not None and self.resettles < RESETTLES and self._over_copy_limit(args):
@@ -121,6 +124,10 @@ class CudaGraphRunner:
                 made = iter(fresh)
                 fresh = [next(made) if p is None else _passed(p, args) for p in self.passed]
             return type(out)(fresh)
+        if self._merged:  # outputs that are this call's inputs or views of them, not the buffers'
+            if isinstance(out, torch.Tensor):
+                return _passed(self.passed[0], args)
+            return type(out)(t if p is None else _passed(p, args) for t, p in zip(out, self.passed))
         return type(out)(out) if isinstance(out, (list, tuple)) else out
 
     def _feed(self, args: Sequence[torch.Tensor]) -> bool:
@@ -174,12 +181,13 @@ class CudaGraphRunner:
             return f"the capture failed: {type(exc).__name__}: {exc}"
         out = self.static_outputs
         outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        if self.fresh_outputs:
+        if self.passed:
             passed = _sources(outs, self.static_inputs)
             if passed != self.passed:  # the capture's outputs are not the warm-up call's inputs
                 self.static_inputs, self.static_outputs = [], None
                 return "its outputs passed its inputs through at the warm-up call but not at the capture"
-            outs = [t for t, p in zip(outs, passed) if p is None]
+        if self.fresh_outputs:
+            outs = [t for t, p in zip(outs, self.passed) if p is None]
         self.graph = graph
         self._copy_out = CopyOut(outs) if self.fresh_outputs else None
         return None

@@ -267,3 +267,19 @@ def test_auto_runs_plainly_when_the_capture_fails():
     assert runner.graph is None and runner.declined.startswith("the capture failed")
     torch.randn(4, device="cuda")  # random ops outside a graph still work after the failed capture
     torch.cuda.synchronize()
+
+
+def test_reduce_overhead_mode_returns_views_of_the_callers_inputs():
+    """With ``cudagraphs=True`` an output that views an input views that call's input, not the
+    buffer the replay copied it into (which the next call overwrites)."""
+    def fn(x, w):
+        return x.t(), (x * w).sum()
+
+    torch._dynamo.reset()
+    f = torch.compile(fn, backend="loopnest", options={"backend": "triton", "cudagraphs": True})
+    w = torch.randn(32, device="cuda")
+    for step in range(4):  # warm-up, capture, then replays with fresh inputs
+        x = torch.randn(16, 32, device="cuda")
+        view, total = f(x, w)
+        assert view.data_ptr() == x.data_ptr() and view.stride() == (1, 32), f"step {step}"
+        torch.testing.assert_close(total, (x * w).sum(), msg=lambda m: f"step {step}: {m}")

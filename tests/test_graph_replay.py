@@ -73,7 +73,9 @@ def test_buffers_beyond_the_pool_bound_do_not(monkeypatch):
 
 def test_launches_that_stream_many_bytes_do_not(monkeypatch):
     (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
-    moved = (2 * 64 * 80 + 2 * 80) * 4  # x, the sum, the column statistics (the rest stays in registers)
+    # x, the sum (written, then read and written again by the copy out), the column statistics
+    # (the rest stays in registers)
+    moved = (4 * 64 * 80 + 2 * 80) * 4
     monkeypatch.setattr(graph_replay, "BYTES_PER_CALL", 0)
     monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", moved // 2 - 1)
     assert "bound by the GPU" in auto_declines(g)
@@ -141,10 +143,20 @@ def test_copied_outputs_keep_their_strides_and_share_memory_as_the_outputs_did()
 
 def test_a_replay_may_copy_in_what_keeps_its_traffic_within_the_host_bound(monkeypatch):
     (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
-    moved = (2 * 64 * 80 + 2 * 80) * 4
+    moved = (4 * 64 * 80 + 2 * 80) * 4  # as above
     monkeypatch.setattr(graph_replay, "COPY_BYTES", 0)
     monkeypatch.setattr(graph_replay, "BYTES_PER_CALL", moved // 2)
     monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", moved)
     assert graph_replay.copy_limit(g) == moved // 2 + 2 * moved - moved
     monkeypatch.setattr(graph_replay, "COPY_BYTES", 5 * moved)
     assert graph_replay.copy_limit(g) == 5 * moved
+
+
+def test_results_copied_out_count_as_traffic(monkeypatch):
+    """A replay copies each result out of the graph's memory: a graph whose kernels would be
+    host-bound alone but whose large output doubles its traffic does not replay."""
+    (g,) = lowered_graphs(softmaxes, torch.randn(64, 80))
+    kernels = (2 * 64 * 80 + 2 * 80) * 4  # what the kernels themselves read and write
+    monkeypatch.setattr(graph_replay, "BYTES_PER_CALL", 0)
+    monkeypatch.setattr(graph_replay, "BYTES_PER_LAUNCH", kernels // 2)
+    assert "bound by the GPU" in auto_declines(g)
