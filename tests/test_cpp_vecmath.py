@@ -12,6 +12,7 @@ from loopnest.backends.cpp import compile as cc
 from loopnest.backends.cpp import vecmath_probe as probe
 from loopnest.backends.cpp.backend import CppBackend
 from loopnest.backends.cpp.ops import VECMATH, has_libmvec
+from loopnest.core.hardware import this_cpu
 from test_backends import kernels_of
 
 
@@ -129,11 +130,13 @@ def test_exp_ftz_flushes_below_minus_87_and_is_exp_above():
 
 def test_erf_table_of_other_targets_on_this_machine():
     """AVX-512 builds use erf's 16-interval table; other targets its 8-interval one, built here
-    through ``LN_ERF_TABLE8``: the same bound, special values and bits in every variant."""
+    through ``LN_ERF_TABLE8`` (on an AVX2 host it is the default): the same bound, special values
+    and bits in every variant."""
     table8 = ("LN_ERF_TABLE8",)
     acc = probe.measure("ln_erff", 1_000_000, "simd", table8)
     assert acc.max_ulp <= probe.BOUNDS["ln_erff"] and acc.mean_ulp < 0.5, acc
-    assert acc != probe.measure("ln_erff", 1_000_000), "LN_ERF_TABLE8 built the same table"
+    if "avx512f" in this_cpu().capability.split(","):  # elsewhere the default is that table
+        assert acc != probe.measure("ln_erff", 1_000_000), "LN_ERF_TABLE8 built the same table"
     x = np.concatenate([probe.random_inputs("ln_erff", 100_000, seed=2), probe.SPECIALS, probe.EDGES])
     scalar = probe.run("ln_erff", x, "scalar", table8)
     for path in probe.paths("ln_erff"):
