@@ -113,6 +113,7 @@ class CudaGraphRunner:
                     return self.fn(*args)
             self.declined = self._capture(args)
             if self.declined is not None:
+                self._release()
                 return self.fn(*args)
         self.graph.replay()
         out = self.static_outputs
@@ -153,6 +154,11 @@ class CudaGraphRunner:
 
     def _over_copy_limit(self, args: Sequence[torch.Tensor]) -> bool:
         return self.max_copy_bytes is not None and self._copied_bytes(args) > self.max_copy_bytes
+
+    def _release(self) -> None:
+        """Drop the captured graph, its memory pool and the input buffers: a runner that declined
+        runs ``fn`` plainly for good (an earlier capture may still hold hundreds of MB)."""
+        self.graph, self.static_inputs, self.static_outputs, self._copy_out = None, [], None, None
 
     def _capture(self, args: Sequence[torch.Tensor]) -> str | None:
         """Capture ``fn`` on this runner's input buffers; the reason it declines, if it does."""
