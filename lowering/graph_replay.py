@@ -10,9 +10,8 @@ the device's memory, at least 64 MB), and little memory traffic per call and lau
 issue it is what a call waits on, and the replay saves it; where kernels stream hundreds of MB
 the GPU is the bound, and copying the outputs out would only add to it (the copy counts as
 traffic: embedding_head's 32 MB log-probabilities, copied out, made its replay 1.2x slower than
-its plain call on an H100). ``True`` replays every
-static inference graph with reduce-overhead semantics (outputs overwritten by the next call);
-``False`` never replays.
+its plain call on an H100). ``True`` replays every static inference graph with reduce-overhead
+semantics (outputs overwritten by the next call); ``False`` never replays.
 
 A plain training step's forward and backward graphs (``plain_training``) replay by ``"auto"``'s
 rules under either mode: their outputs are saved for the backward or become gradients, which no
