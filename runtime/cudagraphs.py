@@ -161,7 +161,8 @@ class CudaGraphRunner:
         self.graph, self.static_inputs, self.static_outputs, self._copy_out = None, [], None, None
 
     def _capture(self, args: Sequence[torch.Tensor]) -> str | None:
-        """Capture ``fn`` on this runner's input buffers; the reason it declines, if it does."""
+        """Capture ``fn`` on this runner's input buffers; the reason it declines, if it does (the
+        caller then drops what the capture made, ``_release``)."""
         if self._over_copy_limit(args):
             return (f"its inputs copied before each replay would be {self._copied_bytes(args)} bytes "
                     f"(at most {self.max_copy_bytes})")
@@ -183,14 +184,12 @@ class CudaGraphRunner:
             _end_failed_capture(args[0].device if args else torch.device("cuda"))
             if not self.fresh_outputs:
                 raise
-            self.static_inputs, self.static_outputs = [], None
             return f"the capture failed: {type(exc).__name__}: {exc}"
         out = self.static_outputs
         outs = [out] if isinstance(out, torch.Tensor) else list(out)
         if self.passed:
             passed = _sources(outs, self.static_inputs)
             if passed != self.passed:  # the capture's outputs are not the warm-up call's inputs
-                self.static_inputs, self.static_outputs = [], None
                 return "its outputs passed its inputs through at the warm-up call but not at the capture"
         if self.fresh_outputs:
             outs = [t for t, p in zip(outs, self.passed) if p is None]
